@@ -1,0 +1,193 @@
+"""FITS geometry from the header alone: header bytes -> where the data is and what it means.
+
+Pure functions, no I/O. `ingest.layout.read_layout` feeds them header blocks fetched by Range
+requests. Everything here is in numpy axis order (slowest axis first), the reverse of FITS's
+NAXIS1..NAXISn.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+from astropy.io import fits
+
+from ingest.errors import FitsFormatError
+
+BLOCK_BYTES = 2880  # FITS records are 36 cards x 80 characters
+CARD_BYTES = 80
+
+# FITS stores big-endian; BITPIX 8 is unsigned.
+BITPIX_DTYPES = {8: ">u1", 16: ">i2", 32: ">i4", 64: ">i8", -32: ">f4", -64: ">f8"}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where an image HDU's data lies in its object and how astropy would interpret it."""
+
+    source: str  # object name for messages (presigned query string already redacted)
+    hdu: int  # HDU index, 0 = primary
+    shape: tuple[int, ...]  # numpy axis order
+    bitpix: int
+    header_offset: int  # byte offset of the HDU's header in the object
+    data_offset: int  # byte offset of the first data byte
+    object_bytes: int  # size of the whole object
+    bscale: float = 1.0
+    bzero: float = 0.0
+    blank: int | None = None  # integer BLANK, only meaningful for BITPIX > 0
+    header_text: str = ""  # the HDU's header cards, for writing WCS-shifted outputs
+
+    @property
+    def raw_dtype(self) -> np.dtype:
+        """The stored (big-endian) dtype of one voxel."""
+        return np.dtype(BITPIX_DTYPES[self.bitpix])
+
+    @property
+    def itemsize(self) -> int:
+        return abs(self.bitpix) // 8
+
+    @property
+    def data_bytes(self) -> int:
+        """Bytes of data, without the padding to a whole block."""
+        return self.itemsize * math.prod(self.shape)
+
+    @property
+    def strides_bytes(self) -> tuple[int, ...]:
+        """Byte stride of each numpy axis in the object (C order)."""
+        strides, step = [], self.itemsize
+        for n in reversed(self.shape):
+            strides.append(step)
+            step *= n
+        return tuple(reversed(strides))
+
+    @property
+    def scaled(self) -> bool:
+        """True when astropy would return converted values rather than the raw ones."""
+        return self.bscale != 1 or self.bzero != 0 or (self.blank is not None and self.bitpix > 0)
+
+    @property
+    def out_dtype(self) -> np.dtype:
+        """The dtype astropy's `section` returns for this HDU (its pseudo-unsigned rules)."""
+        if not self.scaled:
+            return self.raw_dtype
+        if self.bscale == 1:
+            if self.bitpix == 8 and self.bzero == -128:
+                return np.dtype("int8")
+            for bits, name in ((16, "uint16"), (32, "uint32"), (64, "uint64")):
+                if self.bitpix == bits and self.bzero == 1 << (bits - 1):
+                    return np.dtype(name)
+        if self.bitpix > 16:
+            return np.dtype("float64")
+        if self.bitpix > 0:
+            return np.dtype("float32")
+        return self.raw_dtype  # floats are scaled in place, keeping their stored byte order
+
+
+def header_end(block: bytes) -> int | None:
+    """Offset just past the END card within `block` (a whole number of blocks), or None."""
+    for pos in range(0, len(block), CARD_BYTES):
+        if block[pos : pos + 8] == b"END     ":
+            return pos + CARD_BYTES
+    return None
+
+
+def check_first_block(block: bytes, source: str, hdu: int, header_offset: int) -> None:
+    """Refuse early what is not a FITS header, so we never read on through a random object."""
+    if len(block) < BLOCK_BYTES:
+        raise FitsFormatError(
+            f"{source}: object ends inside the header of HDU {hdu} "
+            f"(only {len(block)} bytes at offset {header_offset}); truncated or not FITS"
+        )
+    key = block[:8]
+    expected = b"SIMPLE  " if hdu == 0 else b"XTENSION"
+    if header_offset == 0 and key != b"SIMPLE  ":
+        raise FitsFormatError(f"{source}: not a FITS file (first card is {key!r}, expected 'SIMPLE')")
+    if key != expected:
+        raise FitsFormatError(f"{source}: no FITS header at offset {header_offset} for HDU {hdu} (found {key!r})")
+    try:
+        block[:BLOCK_BYTES].decode("ascii")
+    except UnicodeDecodeError:
+        raise FitsFormatError(f"{source}: header of HDU {hdu} is not ASCII text; not FITS") from None
+
+
+def parse_header(header_bytes: bytes, source: str, hdu: int) -> fits.Header:
+    """Parse header cards with astropy, turning its complaints into one clear error."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # astropy's fix-up warnings are noise here
+            return fits.Header.fromstring(header_bytes.decode("ascii"))
+    except Exception as exc:  # astropy raises a zoo of types for bad cards
+        raise FitsFormatError(f"{source}: cannot parse header of HDU {hdu}: {exc}") from None
+
+
+def hdu_data_span(header: fits.Header) -> int:
+    """Bytes the HDU's data occupies in the object, padded to whole blocks (FITS 4.4.1.1)."""
+    naxis = int(header.get("NAXIS", 0))
+    if naxis == 0:
+        return 0
+    bitpix = int(header["BITPIX"])
+    gcount = int(header.get("GCOUNT", 1))
+    pcount = int(header.get("PCOUNT", 0))
+    dims = [int(header[f"NAXIS{i}"]) for i in range(1, naxis + 1)]
+    if header.get("GROUPS", False) and dims[0] == 0:
+        dims = dims[1:]  # random groups: NAXIS1 = 0 is a placeholder
+    nbytes = abs(bitpix) // 8 * gcount * (pcount + math.prod(dims))
+    return -(-nbytes // BLOCK_BYTES) * BLOCK_BYTES
+
+
+def image_layout(
+    header: fits.Header,
+    *,
+    source: str,
+    hdu: int,
+    header_offset: int,
+    data_offset: int,
+    object_bytes: int,
+    header_text: str = "",
+) -> Layout:
+    """Validate that `header` describes a plain image HDU and build its Layout."""
+    where = f"{source} HDU {hdu}"
+    if "XTENSION" in header:
+        xtension = str(header["XTENSION"]).strip().upper()
+        if header.get("ZIMAGE", False):
+            raise FitsFormatError(f"{where} is a tile-compressed image (ZIMAGE); only uncompressed images can be read by range")
+        if xtension != "IMAGE":
+            raise FitsFormatError(f"{where} is a {xtension} extension, not an image; choose an IMAGE HDU")
+    if header.get("GROUPS", False):
+        raise FitsFormatError(f"{where} holds random groups, not an image")
+    bitpix = int(header.get("BITPIX", 0))
+    if bitpix not in BITPIX_DTYPES:
+        raise FitsFormatError(f"{where}: BITPIX {bitpix} is not one of {sorted(BITPIX_DTYPES)}")
+    naxis = int(header.get("NAXIS", 0))
+    if naxis == 0:
+        hint = " (the data is probably in an extension: try hdu=1)" if hdu == 0 else ""
+        raise FitsFormatError(f"{where} has no data (NAXIS = 0){hint}")
+    if naxis > 4:
+        raise FitsFormatError(f"{where}: NAXIS = {naxis}; ingest reads cubes of 1 to 4 axes")
+    fits_dims = [int(header[f"NAXIS{i}"]) for i in range(1, naxis + 1)]
+    if any(n <= 0 for n in fits_dims):
+        raise FitsFormatError(f"{where} has an empty axis (NAXISn = {fits_dims})")
+    blank = header.get("BLANK") if bitpix > 0 else None
+    layout = Layout(
+        source=source,
+        hdu=hdu,
+        shape=tuple(reversed(fits_dims)),
+        bitpix=bitpix,
+        header_offset=header_offset,
+        data_offset=data_offset,
+        object_bytes=object_bytes,
+        bscale=float(header.get("BSCALE", 1.0)),
+        bzero=float(header.get("BZERO", 0.0)),
+        blank=None if blank is None else int(blank),
+        header_text=header_text,
+    )
+    if layout.bscale == 0:
+        raise FitsFormatError(f"{where}: BSCALE = 0 would map every value to BZERO")
+    end = data_offset + layout.data_bytes
+    if end > object_bytes:
+        raise FitsFormatError(
+            f"{where}: header says the data ends at byte {end} but the object is only "
+            f"{object_bytes} bytes; the object is truncated"
+        )
+    return layout

@@ -1,0 +1,51 @@
+"""Shared by the HTTP and S3 transports: check a ranged reply and stream its body in place."""
+from __future__ import annotations
+
+import re
+
+from ingest.errors import TransportError
+
+_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+
+
+def range_header(offset: int, nbytes: int) -> str:
+    """Half-open [offset, offset+nbytes) -> the inclusive HTTP Range header value."""
+    return f"bytes={offset}-{offset + nbytes - 1}"
+
+
+def check_content_range(value: str | None, offset: int, nbytes: int, name: str) -> int | None:
+    """Refuse a reply whose Content-Range is not the range asked for; return the total size."""
+    m = _CONTENT_RANGE.match((value or "").strip())
+    if not m:
+        raise TransportError(f"{name}: reply to a range request has no valid Content-Range ({value!r})")
+    first, last, total = int(m.group(1)), int(m.group(2)), m.group(3)
+    if first != offset or last != offset + nbytes - 1:
+        raise TransportError(
+            f"{name}: asked for bytes {offset}-{offset + nbytes - 1} but the server sent {first}-{last}"
+        )
+    return None if total == "*" else int(total)
+
+
+def read_body_into(raw, buffer: memoryview, name: str, offset: int) -> None:
+    """Read exactly len(buffer) body bytes of urllib3 response `raw` into `buffer`.
+
+    urllib3's own readinto reads into a temporary bytes and copies; the http.client response
+    underneath it reads straight into our buffer, which is the zero-copy path the output
+    array needs. Only used with decode_content off, so the bytes are the object's bytes.
+    """
+    n = len(buffer)
+    fp = getattr(raw, "_fp", None)
+    reader = fp.readinto if fp is not None and hasattr(fp, "readinto") else raw.readinto
+    got = 0
+    try:
+        while got < n:
+            k = reader(buffer[got:])
+            if not k:
+                break
+            got += k
+    except Exception as exc:  # socket errors, protocol errors: all mean a broken body
+        raise TransportError(
+            f"{name}: connection broke after {got} of {n} bytes at offset {offset}: {exc}"
+        ) from exc
+    if got != n:
+        raise TransportError(f"{name}: body ended after {got} of {n} bytes at offset {offset}")

@@ -1,0 +1,89 @@
+"""The S3 API: boto3 `get_object` with a Range, endpoint and keys from boto3's own chain."""
+from __future__ import annotations
+
+import time
+
+from ingest.errors import RangeNotSupportedError, TransportError
+from ingest.transports.base import ObjectInfo, Transport
+from ingest.transports.httpbody import check_content_range, range_header, read_body_into
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    """s3://bucket/key -> (bucket, key)."""
+    rest = uri[len("s3://") :] if uri.startswith("s3://") else ""
+    bucket, _, key = rest.partition("/")
+    if not bucket or not key:
+        raise TransportError(f"{uri}: not an s3://bucket/key address")
+    return bucket, key
+
+
+class S3Transport(Transport):
+    """Ranged get_object calls; the client's pool holds at least one connection per thread."""
+
+    name = "s3"
+
+    def __init__(
+        self,
+        source: str,
+        *,
+        threads: int = 1,
+        client=None,
+        connect_timeout_s: float = 10.0,
+        read_timeout_s: float = 60.0,
+        verify_tls: bool = True,
+        ca_bundle: str | None = None,
+        **_ignored,
+    ):
+        super().__init__(source, threads=threads)
+        self.bucket, self.key = split_s3_uri(source)
+        if client is None:
+            from ingest.s3client import s3_client
+
+            client = s3_client(
+                max_pool_connections=max(10, threads),
+                connect_timeout=connect_timeout_s,
+                read_timeout=read_timeout_s,
+                verify=(ca_bundle or True) if verify_tls else False,
+            )
+        self._client = client
+
+    def _call(self, what: str, **kw):
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return getattr(self._client, what)(Bucket=self.bucket, Key=self.key, **kw)
+        except ClientError as exc:
+            err = exc.response.get("Error", {})
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            raise TransportError(
+                f"{self.source}: {what} failed: HTTP {status} {err.get('Code', '')} {err.get('Message', '')}".rstrip()
+            ) from None
+        except BotoCoreError as exc:
+            raise TransportError(f"{self.source}: {what} failed: {exc}") from exc
+
+    def _stat(self) -> ObjectInfo:
+        head = self._call("head_object")
+        return ObjectInfo(head["ContentLength"], head.get("ETag"), str(head.get("LastModified")))
+
+    def read_into(self, buffer: memoryview, offset: int) -> float:
+        n = len(buffer)
+        t0 = time.perf_counter()
+        resp = self._call("get_object", Range=range_header(offset, n))
+        ttfb_s = time.perf_counter() - t0
+        body = resp["Body"]
+        raw = getattr(body, "_raw_stream", body)
+        ok = False
+        try:
+            if "ContentRange" not in resp:
+                raise RangeNotSupportedError(
+                    f"{self.source}: server ignored the Range header (no Content-Range); refusing to stream the object"
+                )
+            check_content_range(resp["ContentRange"], offset, n, self.source)
+            read_body_into(raw, buffer, self.source, offset)
+            ok = True
+        finally:
+            if ok:
+                raw.release_conn() if hasattr(raw, "release_conn") else body.close()
+            else:
+                body.close()
+        return ttfb_s

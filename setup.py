@@ -1,0 +1,24 @@
+"""ingest: pull exactly your subcube of a FITS datacube out of an object store, on every MPI rank."""
+from setuptools import find_packages, setup
+
+setup(
+    name="ingest",
+    version="0.1.0",
+    description="Direct object-store ingest of FITS subcubes for MPI pipelines, with a staging baseline",
+    packages=find_packages(include=["ingest", "ingest.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "numpy>=1.24",
+        "astropy>=6",
+        "boto3>=1.34",
+        "urllib3>=2,<3",
+        "mpi4py>=3.1",
+        "h5py>=3.8",
+        "tqdm>=4.60",
+        "matplotlib>=3.7",
+    ],
+    extras_require={
+        "test": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.1"],
+    },
+    entry_points={"console_scripts": ["ingest=ingest.cli:main"]},
+)
