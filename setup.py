@@ -6,7 +6,7 @@ setup(
     version="0.1.0",
     description="Direct object-store ingest of FITS subcubes for MPI pipelines, with a staging baseline",
     packages=find_packages(include=["ingest", "ingest.*"]),
-    python_requires=">=3.10",
+    python_requires=">=3.11",
     install_requires=[
         "numpy>=1.24",
         "astropy>=6",

@@ -36,6 +36,8 @@ def read_layout(transport: Transport, hdu: int = 0) -> Layout:
     """Walk the HDUs up to `hdu` by their headers alone and describe its data."""
     if hdu < 0:
         raise FitsFormatError(f"{transport.display_name}: hdu {hdu} must be >= 0")
+    if transport.object_bytes == 0:
+        raise FitsFormatError(f"{transport.display_name}: object is empty (0 bytes); not a FITS file")
     offset = 0
     for index in range(hdu + 1):
         if offset >= transport.object_bytes:

@@ -6,14 +6,9 @@ import time
 import urllib3
 
 from ingest.errors import RangeNotSupportedError, TransportError
+from ingest.presign import redact_url
 from ingest.transports.base import ObjectInfo, Transport
 from ingest.transports.httpbody import check_content_range, range_header, read_body_into
-
-
-def redact(url: str) -> str:
-    """A presigned URL without its query string (which is the credential)."""
-    base, sep, _ = url.partition("?")
-    return base + ("?<redacted>" if sep else "")
 
 
 class HttpTransport(Transport):
@@ -49,7 +44,7 @@ class HttpTransport(Transport):
 
     @property
     def display_name(self) -> str:
-        return redact(self.source)
+        return redact_url(self.source)
 
     def _get(self, offset: int, nbytes: int):
         try:

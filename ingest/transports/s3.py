@@ -4,17 +4,9 @@ from __future__ import annotations
 import time
 
 from ingest.errors import RangeNotSupportedError, TransportError
+from ingest.presign import parse_s3_uri
 from ingest.transports.base import ObjectInfo, Transport
 from ingest.transports.httpbody import check_content_range, range_header, read_body_into
-
-
-def split_s3_uri(uri: str) -> tuple[str, str]:
-    """s3://bucket/key -> (bucket, key)."""
-    rest = uri[len("s3://") :] if uri.startswith("s3://") else ""
-    bucket, _, key = rest.partition("/")
-    if not bucket or not key:
-        raise TransportError(f"{uri}: not an s3://bucket/key address")
-    return bucket, key
 
 
 class S3Transport(Transport):
@@ -35,11 +27,11 @@ class S3Transport(Transport):
         **_ignored,
     ):
         super().__init__(source, threads=threads)
-        self.bucket, self.key = split_s3_uri(source)
+        self.bucket, self.key = parse_s3_uri(source)
         if client is None:
-            from ingest.s3client import s3_client
+            from ingest.s3client import shared_s3_client
 
-            client = s3_client(
+            client = shared_s3_client(
                 max_pool_connections=max(10, threads),
                 connect_timeout=connect_timeout_s,
                 read_timeout=read_timeout_s,

@@ -1,0 +1,109 @@
+"""`info` and `plan`: look at a cube and at how ingest would read it, before reading it."""
+from __future__ import annotations
+
+import json
+
+from ingest.api import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, plan_read
+from ingest.layout import read_layout
+from ingest.planner import STRATEGIES, CostModel
+from ingest.region import parse_region
+from ingest.transports import open_transport
+from ingest.units import format_bytes, parse_bytes
+
+
+def _info(args) -> int:
+    with open_transport(args.source, args.method, threads=1) as transport:
+        layout = read_layout(transport, args.hdu)
+    facts = {
+        "source": layout.source,
+        "hdu": layout.hdu,
+        "shape": list(layout.shape),
+        "fits_naxis": list(reversed(layout.shape)),
+        "bitpix": layout.bitpix,
+        "stored_dtype": layout.raw_dtype.str,
+        "dtype": layout.out_dtype.str,
+        "bscale": layout.bscale,
+        "bzero": layout.bzero,
+        "blank": layout.blank,
+        "header_offset": layout.header_offset,
+        "data_offset": layout.data_offset,
+        "data_bytes": layout.data_bytes,
+        "object_bytes": layout.object_bytes,
+    }
+    if args.json:
+        print(json.dumps(facts, indent=2))
+        return 0
+    width = max(map(len, facts))
+    for key, value in facts.items():
+        extra = f"  ({format_bytes(value)})" if key.endswith("_bytes") else ""
+        print(f"{key:<{width}}  {value}{extra}")
+    if args.header:
+        for pos in range(0, len(layout.header_text), 80):
+            card = layout.header_text[pos : pos + 80].rstrip()
+            if card:
+                print(card)
+    return 0
+
+
+def _plan(args) -> int:
+    cost = CostModel(latency_s=args.latency_s, bandwidth_bytes_per_s=args.bandwidth_bytes_per_s)
+    chunk_bytes = parse_bytes(args.chunk_bytes, "chunk_bytes")
+    max_gap = None if args.max_gap_bytes is None else parse_bytes(args.max_gap_bytes, "max_gap_bytes")
+    with open_transport(args.source, args.method, threads=1) as transport:
+        layout = read_layout(transport, args.hdu)
+    region = parse_region(args.region)
+    sel, plan = plan_read(layout, region, strategy=args.strategy, chunk_bytes=chunk_bytes, max_gap_bytes=max_gap, cost=cost)
+    summary = plan.describe(cost, args.threads)
+    summary["box"] = [list(b) for b in sel.box]
+    summary["threads"] = args.threads
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"cube {layout.source}: shape {layout.shape} {layout.raw_dtype.str}, data at byte {layout.data_offset}")
+    print(f"box (numpy order, half-open): {summary['box']}")
+    print(
+        f"strategy {plan.strategy}: {plan.n_requests} requests of up to {format_bytes(summary['request_bytes_max'])} "
+        f"(chunk {format_bytes(chunk_bytes)}, gap merged up to {format_bytes(min(plan.max_gap_bytes, 1 << 60))})"
+    )
+    print(
+        f"bytes needed {format_bytes(plan.needed_bytes)}, on the wire {format_bytes(plan.wire_bytes)}, "
+        f"read amplification {plan.amplification:.3f}"
+    )
+    print(
+        f"predicted {summary['predicted_s']:.3f} s with {args.threads} threads "
+        f"(model: {cost.latency_s * 1e3:.2f} ms per request, {format_bytes(cost.bandwidth_bytes_per_s)}/s)"
+    )
+    for i in range(min(args.requests, plan.n_requests)):
+        req = plan.request(i)
+        print(f"  request {i}: bytes [{req.offset}, {req.offset + req.nbytes})  {format_bytes(req.nbytes)}")
+    if plan.n_requests > args.requests > 0:
+        print(f"  ... {plan.n_requests - args.requests} more")
+    return 0
+
+
+def _common(p) -> None:
+    p.add_argument("source", help="local path, presigned http(s) URL, or s3://bucket/key")
+    p.add_argument("--hdu", type=int, default=0, help="HDU index (default 0, the primary)")
+    p.add_argument("--method", default="auto", help="posix | presigned | s3 | auto (from the source)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("info", help="shape, dtype, header and data offsets, object size")
+    _common(p)
+    p.add_argument("--header", action="store_true", help="also print the header cards")
+    p.set_defaults(func=_info)
+
+    p = sub.add_parser("plan", help="the requests a read would make, amplification and predicted time")
+    _common(p)
+    p.add_argument("--region", default="", help='numpy-order region, e.g. "0:100,200:300,:" (default: all)')
+    p.add_argument("--strategy", default="auto", choices=STRATEGIES)
+    p.add_argument("--chunk-bytes", default=str(DEFAULT_CHUNK_BYTES), help="largest request, e.g. 16MiB")
+    p.add_argument("--max-gap-bytes", default=None, help="coalescing gap (default: latency x bandwidth)")
+    p.add_argument("--threads", type=int, default=DEFAULT_THREADS)
+    p.add_argument("--latency-s", type=float, default=CostModel.latency_s, help="model: seconds per request")
+    p.add_argument(
+        "--bandwidth-bytes-per-s", type=float, default=CostModel.bandwidth_bytes_per_s, help="model: link bytes/s"
+    )
+    p.add_argument("--requests", type=int, default=5, help="list the first N requests (default 5)")
+    p.set_defaults(func=_plan)

@@ -1,0 +1,378 @@
+"""The one configuration of `python -m ingest run`: defaults < TOML file < command line.
+
+`RunConfig` is frozen, validated on construction and picklable, so rank 0 resolves it once and
+broadcasts it. Each field's metadata (help, unit, kind, limits) drives the command-line
+options, the TOML keys and the error messages, so the field list is written exactly once.
+
+TOML file (`--config PATH`): settings go in a `[run]` table, keys spelled like the fields
+(`chunk_bytes = "16MiB"`); a table keeps room for other commands' sections later. Relative
+paths are relative to the working directory, as on the command line.
+
+Secrets are never settings: access keys come from the environment or boto3's chain
+(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE), and a config file that holds
+something that looks like one is refused.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import math
+import re
+from dataclasses import MISSING, asdict, dataclass, field, fields
+
+from ingest.decompose import parse_grid
+from ingest.errors import ConfigError, RegionError
+from ingest.presign import MAX_EXPIRES_S, parse_s3_uri, redact_url
+from ingest.region import parse_region
+from ingest.units import MiB, format_bytes, parse_bytes
+
+SECTIONS = ("run",)  # TOML tables ingest reads; add one when another command reads the file
+_SECRET_WORDS = ("secret", "password", "passwd", "token", "access_key", "credential", "private_key")
+# The openssl layer under urllib3 reads at most 2**31 - 1 bytes at once (seed 001 s7.2).
+_MAX_REQUEST_BYTES = 2**31 - 1
+
+
+def _opt(default=MISSING, *, help: str, unit: str = "", kind: str = "str", low=None, high=None,
+         low_open: bool = False, choices: tuple[str, ...] = (), shown_default: str | None = None):
+    """A RunConfig field: default plus what the CLI, the TOML reader and the checks need."""
+    meta = {"help": help, "unit": unit, "kind": kind, "low": low, "high": high,
+            "low_open": low_open, "choices": choices, "shown_default": shown_default}
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True, repr=False)
+class RunConfig:
+    """Everything one `ingest run` needs; see each field's help. Construct via `load_config`."""
+
+    source: str = _opt(help="FITS object: local path, http(s) presigned URL or s3://bucket/key (required)",
+                       unit="path or URL")
+    method: str = _opt("auto", kind="choice", choices=("auto", "presigned", "s3", "posix"),
+                       help="how to read the source; auto: s3:// -> s3, http(s):// -> presigned, else posix")
+    endpoint_url: str | None = _opt(None, unit="URL", kind="path",
+                                    help="S3 endpoint, e.g. https://projects.pawsey.org.au", shown_default="boto3's chain")
+    threads: int = _opt(4, unit="threads", kind="int", low=1, high=1024,
+                        help="concurrent range requests per rank")
+    chunk_bytes: int = _opt(16 * MiB, unit="bytes", kind="bytes", low=1, high=_MAX_REQUEST_BYTES,
+                            help="largest single range request; accepts 16MiB, 1GiB, 500kB")
+    strategy: str = _opt("auto", kind="choice", choices=("auto", "large", "intermediate", "small"),
+                         help="request strategy (seed 001 s7.4); auto merges gaps up to max_gap_bytes")
+    max_gap_bytes: int | None = _opt(None, unit="bytes", kind="bytes", low=0,
+                                     help="merge runs separated by at most this many unwanted bytes",
+                                     shown_default="latency_s x bandwidth_bytes_per_s")
+    latency_s: float = _opt(0.002, unit="s", kind="float", low=0.0,
+                            help="cost model: time per request (seed 001: ~2 ms on Acacia)")
+    bandwidth_bytes_per_s: float = _opt(75e6, unit="bytes/s", kind="rate", low=0.0, low_open=True,
+                                        help="cost model: bandwidth per rank (75e6 = 600 Mbit/s); accepts 75MB")
+    grid: str = _opt("auto", unit="parts per axis, FITS order", kind="grid",
+                     help="rank grid 'PXxPYxPZ' (x first), or auto: split the slowest axes first")
+    halo: int = _opt(0, unit="pixels", kind="int", low=0,
+                     help="extra pixels each box reads into each neighbouring box")
+    hdu: int = _opt(0, unit="HDU index", kind="int", low=0, help="image HDU to read, 0 = primary")
+    region: str | None = _opt(None, unit="numpy-order slices", kind="region",
+                              help="restrict the job to part of the cube, e.g. '0:100,:,200:300'",
+                              shown_default="whole cube")
+    report: str | None = _opt(None, unit="path", kind="path", help="write the JSON report here")
+    output_dir: str | None = _opt(None, unit="path", kind="path", help="write each rank's subcube here")
+    compare: str = _opt("none", kind="choice", choices=("none", "staging"),
+                        help="staging: also time the copy-to-filesystem baseline (needs stage_dir)")
+    stage_dir: str | None = _opt(None, unit="path", kind="path",
+                                 help="directory for the staged copy; required with compare=staging")
+    baseline: str | None = _opt(None, unit="path", kind="path",
+                                help="earlier JSON report to compare this run against")
+    native_byteorder: bool = _opt(False, kind="bool",
+                                  help="return native-endian arrays (costs a byte swap) instead of FITS big-endian")
+    progress: bool = _opt(True, kind="bool", help="show a progress bar on rank 0")
+    presign_expires_s: int = _opt(3600, unit="s", kind="int", low=1, high=MAX_EXPIRES_S,
+                                  help="lifetime of URLs ingest presigns itself (SigV4 allows 7 days)")
+    retries: int = _opt(5, unit="retries", kind="int", low=0, help="retries per request after a retryable error")
+    retry_total_s: float = _opt(300.0, unit="s", kind="float", low=0.0, low_open=True,
+                                help="give up on a request after this much time spent retrying")
+    connect_timeout_s: float = _opt(10.0, unit="s", kind="float", low=0.0, low_open=True,
+                                    help="TCP/TLS connect timeout")
+    read_timeout_s: float = _opt(60.0, unit="s", kind="float", low=0.0, low_open=True,
+                                 help="longest wait for the next bytes of a response")
+    ca_bundle: str | None = _opt(None, unit="path", kind="path", help="PEM file of CAs to trust for TLS")
+    verify_tls: bool = _opt(True, kind="bool", help="verify TLS certificates (turn off only for test servers)")
+
+    def __post_init__(self):
+        for f in fields(self):
+            object.__setattr__(self, f.name, check_field(f.name, getattr(self, f.name)))
+        self._check_together()
+
+    def _check_together(self) -> None:
+        """Rules that involve more than one field."""
+        form = _source_form(self.source)
+        allowed = {"posix": ("path",), "s3": ("s3",), "presigned": ("http", "s3"), "auto": ("path", "s3", "http")}
+        if form not in allowed[self.method]:
+            raise ConfigError(
+                f"method: {self.method!r} cannot read source {self._shown_source()!r} "
+                f"(posix reads local paths, s3 reads s3://bucket/key, presigned reads http(s) URLs or presigns s3://)"
+            )
+        if self.compare == "staging" and self.stage_dir is None:
+            raise ConfigError("stage_dir: required when compare = 'staging' (a directory for the staged copy)")
+        if self.ca_bundle is not None and not self.verify_tls:
+            raise ConfigError("ca_bundle: given but verify_tls is false; the bundle would be ignored")
+
+    def __repr__(self) -> str:
+        # A presigned URL is a bearer credential: keep it out of logs and tracebacks.
+        shown = {**{f.name: getattr(self, f.name) for f in fields(self)}, **self._redacted()}
+        return "RunConfig(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
+
+    def _redacted(self) -> dict:
+        out = {"source": self._shown_source()}
+        if self.endpoint_url is not None:
+            out["endpoint_url"] = redact_url(self.endpoint_url)
+        return out
+
+    def _shown_source(self) -> str:
+        return redact_url(self.source) if _source_form(self.source) == "http" else self.source
+
+    @property
+    def resolved_method(self) -> str:
+        """The transport to use: `method`, or for auto the one the source's form implies."""
+        if self.method != "auto":
+            return self.method
+        return {"s3": "s3", "http": "presigned", "path": "posix"}[_source_form(self.source)]
+
+    def to_report_dict(self) -> dict:
+        """All fields for the JSON report, with presigned query strings and URL passwords removed."""
+        out = {**asdict(self), **self._redacted()}
+        out["resolved_method"] = self.resolved_method
+        return out
+
+
+def _source_form(source: str) -> str:
+    """'s3', 'http' or 'path'."""
+    lowered = source.lower()
+    if lowered.startswith("s3://"):
+        return "s3"
+    if lowered.startswith(("http://", "https://")):
+        return "http"
+    return "path"
+
+
+# ------------------------------------------------------------------ per-field checks
+
+_FIELDS = {f.name: f for f in fields(RunConfig)}
+
+
+def _expected(meta) -> str:
+    """Plain-words description of a field's accepted values, for error messages."""
+    kind, unit = meta["kind"], meta["unit"]
+    if kind == "choice":
+        return "one of " + ", ".join(meta["choices"])
+    if kind == "bool":
+        return "true or false"
+    if kind in ("str", "path", "grid", "region"):
+        return f"a non-empty string ({unit})" if unit else "a non-empty string"
+    noun = {"int": "an integer", "float": "a number", "bytes": "a byte count", "rate": "a number"}[kind]
+    low, high = meta["low"], meta["high"]
+    if low is not None and high is not None:
+        bounds = f" in {low}..{high}" if not meta["low_open"] else f" > {low} and <= {high}"
+    elif low is not None:
+        bounds = f" {'>' if meta['low_open'] else '>='} {low}"
+    else:
+        bounds = ""
+    example = {"bytes": "; e.g. 16MiB, 1GiB, 500kB", "rate": "; e.g. 75e6 or 75MB"}.get(kind, "")
+    return f"{noun}{bounds} ({unit}{example})"
+
+
+def _bad(name: str, meta, value) -> ConfigError:
+    return ConfigError(f"{name}: expected {_expected(meta)}, got {value!r}")
+
+
+def check_field(name: str, value):
+    """Convert `value` (from Python, TOML or a command-line string) to the field's type and check
+    it; raise ConfigError naming the field, the value and the expected unit and range."""
+    f = _FIELDS.get(name)
+    if f is None:
+        raise ConfigError(f"{name}: not a run setting{_did_you_mean(name)}")
+    meta = f.metadata
+    if value is None:
+        if f.default is None:
+            return None
+        if f.default is MISSING:
+            raise ConfigError(f"{name}: required ({meta['help']})")
+        raise _bad(name, meta, value)
+    converted = _convert(name, meta, value)
+    if meta["kind"] in ("int", "float", "bytes", "rate"):
+        low, high = meta["low"], meta["high"]
+        too_low = low is not None and (converted <= low if meta["low_open"] else converted < low)
+        if too_low or (high is not None and converted > high) or not math.isfinite(converted):
+            raise _bad(name, meta, value)
+    return converted
+
+
+def _convert(name: str, meta, value):
+    kind = meta["kind"]
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        words = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+        if isinstance(value, str) and value.strip().lower() in words:
+            return words[value.strip().lower()]
+        raise _bad(name, meta, value)
+    if isinstance(value, bool):  # bool is an int subclass: `threads = true` is a mistake
+        raise _bad(name, meta, value)
+    if kind in ("bytes", "rate"):
+        if isinstance(value, float) and kind == "rate":
+            return value
+        if isinstance(value, str) and kind == "rate" and re.fullmatch(r"\s*[0-9.]+[eE][+-]?[0-9]+\s*", value):
+            return float(value)  # 75e6 on the command line
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        return float(parse_bytes(value, name)) if kind == "rate" else parse_bytes(value, name)
+    if kind in ("int", "float"):
+        number_type = int if kind == "int" else float
+        if isinstance(value, (int, float)) and (kind == "float" or isinstance(value, int)):
+            return number_type(value)
+        if isinstance(value, str):
+            try:
+                return number_type(value.strip())
+            except ValueError:
+                pass
+        raise _bad(name, meta, value)
+    if not isinstance(value, str) or not value.strip():
+        raise _bad(name, meta, value)
+    if kind == "choice":
+        if value.strip().lower() not in meta["choices"]:
+            raise _bad(name, meta, value)
+        return value.strip().lower()
+    _check_syntax(name, kind, value)
+    return {"grid": value.strip().lower(), "region": value.strip()}.get(kind, value)
+
+
+def _check_syntax(name: str, kind: str, value: str) -> None:
+    """Shape-independent checks; bounds against the cube happen once the header is read."""
+    if kind == "grid" and value.strip().lower() != "auto":
+        parse_grid(value, ndim=len(value.lower().split("x")))
+    elif kind == "region":
+        try:
+            parse_region(value)
+        except RegionError as exc:
+            raise ConfigError(str(exc)) from None
+    elif name == "endpoint_url" and _source_form(value) != "http":
+        raise ConfigError(f"endpoint_url: expected an http(s):// URL, got {redact_url(value)!r}")
+    elif name == "source" and _source_form(value) == "s3":
+        try:
+            parse_s3_uri(value)
+        except ConfigError as exc:
+            raise ConfigError(f"source: {exc}") from None
+
+
+def _did_you_mean(key: str) -> str:
+    close = difflib.get_close_matches(key.replace("-", "_").lower(), list(_FIELDS), n=3, cutoff=0.6)
+    return f" (did you mean {', '.join(close)}?)" if close else ""
+
+
+# ------------------------------------------------------------------ TOML file
+
+
+def _looks_secret(key: str) -> bool:
+    k = key.lower().replace("-", "_")
+    return any(word in k for word in _SECRET_WORDS)
+
+
+def _secret_error(path: str, key: str) -> ConfigError:
+    return ConfigError(
+        f"{path}: key {key!r} looks like a credential; ingest never takes secrets from its config "
+        "file or command line. Use the environment instead (AWS_ACCESS_KEY_ID, "
+        "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN or AWS_PROFILE), which boto3 reads itself."
+    )
+
+
+def read_config_file(path: str) -> dict:
+    """The checked settings of the file's [run] table; errors name the file (and line, for syntax)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    try:
+        with open(path, "rb") as fh:
+            document = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: cannot read it ({exc.strerror or exc})") from None
+    except tomllib.TOMLDecodeError as exc:  # the message carries "(at line N, column M)"
+        raise ConfigError(f"config file {path}: invalid TOML: {exc}") from None
+    for key, value in document.items():
+        if _looks_secret(key):
+            raise _secret_error(path, key)
+        if key in _FIELDS:
+            raise ConfigError(f"config file {path}: {key!r} must go inside the [run] table")
+        if key not in SECTIONS:
+            close = difflib.get_close_matches(key, SECTIONS, n=1)
+            hint = f" (did you mean [{close[0]}]?)" if close else ""
+            raise ConfigError(f"config file {path}: unknown table or key {key!r}{hint}; settings go in [run]")
+    run = document.get("run", {})
+    if not isinstance(run, dict):
+        raise ConfigError(f"config file {path}: 'run' must be a table ([run]), not a value")
+    settings = {}
+    for key, value in run.items():
+        if _looks_secret(key):
+            raise _secret_error(path, f"run.{key}")
+        if key not in _FIELDS:
+            raise ConfigError(f"config file {path}: unknown key run.{key}{_did_you_mean(key)}")
+        try:
+            settings[key] = check_field(key, value)
+        except ConfigError as exc:
+            raise ConfigError(f"config file {path}: {exc}") from None
+    return settings
+
+
+# ------------------------------------------------------------------ resolution and CLI
+
+
+def load_config(cli_values: dict, config_path: str | None = None) -> RunConfig:
+    """Resolve defaults < TOML file < command line. `cli_values` maps field names to what the user
+    typed; None (or absent) means not given."""
+    values = read_config_file(config_path) if config_path is not None else {}
+    for key, value in cli_values.items():
+        if key not in _FIELDS:
+            raise ConfigError(f"{key}: not a run option{_did_you_mean(key)}")
+        if value is not None:
+            values[key] = value
+    if "source" not in values:
+        where = f" or set source in the [run] table of {config_path}" if config_path else ""
+        raise ConfigError(f"source: required (local path, http(s) presigned URL or s3://bucket/key); "
+                          f"give --source{where}")
+    return RunConfig(**values)
+
+
+def _default_text(f) -> str:
+    if f.metadata["shown_default"]:
+        return f.metadata["shown_default"]
+    if f.default is MISSING:
+        return "required"
+    if f.default is None:
+        return "none"
+    if f.metadata["kind"] == "bytes":
+        return format_bytes(f.default)
+    if isinstance(f.default, bool):
+        return str(f.default).lower()
+    if isinstance(f.default, float):
+        return f"{f.default:g}"
+    return str(f.default)
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add --config and one option per RunConfig field (--chunk-bytes, --progress/--no-progress...),
+    all defaulting to None so that 'not given' can be told from 'given the default'."""
+    parser.add_argument("--config", metavar="PATH", default=None,
+                        help="TOML file with a [run] table; command-line options override it")
+    for f in fields(RunConfig):
+        meta = f.metadata
+        unit = f"{meta['unit']}; " if meta["unit"] else ""
+        text = f"{meta['help']} [{unit}default {_default_text(f)}]".replace("%", "%%")
+        flag = "--" + f.name.replace("_", "-")
+        if meta["kind"] == "bool":
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=text)
+        else:
+            # Strings go straight to check_field so CLI and TOML errors read the same.
+            metavar = "{" + ",".join(meta["choices"]) + "}" if meta["choices"] else f.name.upper()
+            parser.add_argument(flag, dest=f.name, default=None, metavar=metavar, help=text)
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """The RunConfig for parsed `add_run_arguments` options."""
+    cli_values = {name: getattr(args, name, None) for name in _FIELDS}
+    return load_config(cli_values, getattr(args, "config", None))

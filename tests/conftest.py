@@ -1,0 +1,73 @@
+"""Shared fixtures: one real S3 server (versitygw on loopback) per test session.
+
+A missing versitygw binary FAILS the tests that need it, with the setup hint: a skipped
+server test looks like a passing suite and hides that nothing was checked.
+"""
+from __future__ import annotations
+
+import uuid
+import warnings
+
+import pytest
+
+from ingest.errors import IngestError
+from ingest.localserver import LocalS3Server
+
+# Variables that would steer boto3 away from the test server: a service-specific endpoint
+# beats AWS_ENDPOINT_URL, a profile or session token adds credentials versitygw rejects.
+_AWS_VARS_TO_CLEAR = (
+    "AWS_ENDPOINT_URL_S3", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_REGION",
+)
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A running LocalS3Server shared by the whole session (started once, stopped at the end)."""
+    server = LocalS3Server()
+    try:
+        server.start()
+        error = None
+    except IngestError as exc:
+        error = str(exc)
+    if error:  # outside `except`: the hint alone, without a chained traceback
+        pytest.fail(f"cannot start the test S3 server: {error}", pytrace=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server):
+    """A fresh, empty bucket name on s3_server for one test; emptied and deleted afterwards."""
+    name = f"test-{uuid.uuid4().hex[:16]}"
+    s3_server.make_bucket(name)
+    yield name
+    _delete_bucket(s3_server.client(), name)
+
+
+@pytest.fixture
+def s3_env(monkeypatch, tmp_path, s3_server):
+    """Point boto3's standard chain (this process and its children) at s3_server; returns the vars."""
+    for name in _AWS_VARS_TO_CLEAR:
+        monkeypatch.delenv(name, raising=False)
+    # Keep a developer's ~/.aws/config (addressing style, endpoint, profile) out of the tests.
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    env = s3_server.env()
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
+
+
+def _delete_bucket(client, bucket: str) -> None:
+    """Best effort: a test that left odd state must not turn its teardown into a second failure."""
+    try:
+        for upload in client.list_multipart_uploads(Bucket=bucket).get("Uploads", []):
+            client.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+            keys = [{"Key": obj["Key"]} for obj in page.get("Contents", [])]
+            if keys:
+                client.delete_objects(Bucket=bucket, Delete={"Objects": keys})
+        client.delete_bucket(Bucket=bucket)
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        warnings.warn(f"could not delete test bucket {bucket}: {exc}")
