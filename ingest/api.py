@@ -76,11 +76,15 @@ def read_selection(
     *,
     threads: int = DEFAULT_THREADS,
     native_byteorder: bool = False,
+    convert: bool = True,
     progress=None,
 ) -> tuple[np.ndarray, ReadStats]:
-    """Execute a plan into a fresh array and convert it as astropy would."""
+    """Execute a plan into a fresh array and convert it as astropy would (convert=False: the raw
+    stored values in the selection's box shape, e.g. to write them out unchanged)."""
     raw = np.empty(sel.box_shape, dtype=layout.raw_dtype)
     stats = execute(plan, transport, raw, threads=threads, progress=progress)
+    if not convert:
+        return raw, stats
     data = apply_scaling(raw, layout)
     if native_byteorder:
         data = to_native(data)

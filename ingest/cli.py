@@ -15,9 +15,10 @@ from ingest.errors import IngestError
 # command name -> module that implements it (in the order --help lists them)
 COMMANDS = {
     "run": "ingest.driver",
+    "stage": "ingest.driver",
     "info": "ingest.commands",
     "plan": "ingest.commands",
-    "stage": "ingest.stage",
+    "report": "ingest.report",
     "synth": "ingest.synth",
     "upload": "ingest.upload",
     "presign": "ingest.presign",

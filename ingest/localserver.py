@@ -262,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--root", default=None, help="data directory (default: a temp dir, removed on exit)")
     parser.add_argument("--port", type=int, default=None, help="TCP port (default: a free one)")
+    parser.add_argument("--bucket", action="append", default=[], help="create this bucket (repeatable)")
     args = parser.parse_args(argv)
 
     def _exit_on_signal(signum, frame):
@@ -271,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, _exit_on_signal)
     try:
         with LocalS3Server(root=args.root, port=args.port) as server:
+            for bucket in args.bucket:
+                server.make_bucket(bucket)
             for name, value in server.env().items():
                 print(f"export {name}={shlex.quote(value)}")
             print(f"# versitygw pid {server.pid}, root {server.root}; kill {os.getpid()} to stop")

@@ -20,6 +20,7 @@ class S3Transport(Transport):
         *,
         threads: int = 1,
         client=None,
+        endpoint_url: str | None = None,
         connect_timeout_s: float = 10.0,
         read_timeout_s: float = 60.0,
         verify_tls: bool = True,
@@ -36,6 +37,7 @@ class S3Transport(Transport):
                 connect_timeout=connect_timeout_s,
                 read_timeout=read_timeout_s,
                 verify=(ca_bundle or True) if verify_tls else False,
+                **({"endpoint_url": endpoint_url} if endpoint_url else {}),
             )
         self._client = client
 

@@ -1,0 +1,5 @@
+"""Benchmarks of ingest against curl (and later astropy), run side by side on a loopback S3 server.
+
+`python -m bench` runs them all; each is also `python -m bench.NAME`. Every module exposes
+NAME, build_parser(), run(env, args) -> results dict, to_markdown(results) and main(argv).
+"""

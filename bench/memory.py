@@ -1,0 +1,198 @@
+"""Peak RSS of one read vs the bound output_bytes + threads x chunk_bytes + 150 MB.
+
+Each read runs in a fresh process (bench/_read_once.py), so its peak RSS (VmHWM) belongs to that
+read alone; a process that only imports ingest, numpy and boto3 gives the baseline. Configurations:
+a whole-cube read (16 MiB chunks, 4 threads) over presigned HTTP and S3, and a gappy read (a
+thin spatial box through every channel, strategy large, 64 MiB chunks, 8 threads) where every
+request goes through a per-thread scatter buffer.
+
+    python -m bench.memory [--size-mib 1024] [--repeats 3]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+if __package__ in (None, ""):  # run as a file (python bench/memory.py): make `bench` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import common
+from ingest.units import MiB
+
+NAME = "memory"
+SLACK_BYTES = 150 * 10**6  # the "+ 150 MB" of the bound (issue 2), read strictly as 10^6-byte MB
+READ_ONCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_read_once.py")
+TARGET_RATIO = 1.0  # peak / bound must not exceed this
+
+
+@dataclass(frozen=True)
+class ReadConfig:
+    """One read to measure: where from, which box, how."""
+
+    name: str
+    method: str  # presigned | s3
+    region: str  # _read_once.py syntax: 'a:b,c:d,...'; '' = whole cube
+    threads: int
+    chunk_bytes: int
+    strategy: str
+
+    def bound_bytes(self, output_bytes: int) -> int:
+        return output_bytes + self.threads * self.chunk_bytes + SLACK_BYTES
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.memory", description=__doc__.splitlines()[0])
+    common.add_common_arguments(parser)
+    parser.add_argument("--whole-threads", type=int, default=4, help="threads of the whole-cube read (default 4)")
+    parser.add_argument("--whole-chunk-mib", type=int, default=16, help="chunk of the whole-cube read (default 16)")
+    parser.add_argument("--gappy-threads", type=int, default=8, help="threads of the gappy read (default 8)")
+    parser.add_argument("--gappy-chunk-mib", type=int, default=64, help="chunk of the gappy read (default 64)")
+    return parser
+
+
+def thin_box(shape: tuple[int, ...]) -> str:
+    """All channels, a centred spatial box 1/16 of the plane's side wide (seed 001's thin subcube)."""
+    nchan, ny, nx = shape
+    w = max(1, nx // 16)
+    y0, x0 = (ny - w) // 2, (nx - w) // 2
+    return f"0:{nchan},{y0}:{y0 + w},{x0}:{x0 + w}"
+
+
+def configs(args, cube: common.Cube) -> list[ReadConfig]:
+    box = thin_box(cube.shape)
+    whole = dict(region="", threads=args.whole_threads, chunk_bytes=args.whole_chunk_mib * MiB, strategy="auto")
+    gappy = dict(region=box, threads=args.gappy_threads, chunk_bytes=args.gappy_chunk_mib * MiB, strategy="large")
+    return [ReadConfig("whole_presigned", "presigned", **whole), ReadConfig("whole_s3", "s3", **whole),
+            ReadConfig("gappy_presigned", "presigned", **gappy), ReadConfig("gappy_s3", "s3", **gappy)]
+
+
+def _child(argv: list[str], env: dict) -> dict:
+    done = subprocess.run([sys.executable, READ_ONCE] + argv, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"_read_once.py {' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()[-800:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def baseline_candidate(env: dict) -> common.Candidate:
+    return common.Candidate("baseline", lambda: _child(["--baseline"], env),
+                            {"what": "python bench/_read_once.py --baseline: imports ingest, numpy, boto3; reads nothing"})
+
+
+def read_candidate(cfg: ReadConfig, source: str, env: dict) -> common.Candidate:
+    argv = ["--region", cfg.region, "--threads", str(cfg.threads), "--chunk-bytes", str(cfg.chunk_bytes),
+            "--strategy", cfg.strategy, "--method", cfg.method]
+    child_env = {**env, "INGEST_BENCH_SOURCE": source}
+
+    def run() -> dict:
+        sample = _child(argv, child_env)
+        bound = cfg.bound_bytes(sample["output_bytes"])
+        sample["bound_bytes"] = bound
+        sample["peak_over_bound"] = sample["peak_rss_bytes"] / bound
+        return sample
+
+    info = {"method": cfg.method, "region": cfg.region or "() whole cube", "threads": cfg.threads,
+            "chunk_bytes": cfg.chunk_bytes, "strategy": cfg.strategy,
+            "command": f"INGEST_BENCH_SOURCE=<{cfg.method} source> python bench/_read_once.py {' '.join(argv)}"}
+    return common.Candidate(cfg.name, run, info)
+
+
+def describe_plan(source: str, cfg: ReadConfig) -> dict:
+    """The plan the read executes (requests, wire bytes, whether scatter buffers are used)."""
+    from bench._read_once import parse_region  # the child's own parser: one meaning of --region
+    from ingest.api import plan_read
+    from ingest.layout import read_layout
+    from ingest.planner import CostModel
+    from ingest.transports import open_transport
+
+    with open_transport(source, cfg.method, threads=1) as transport:
+        layout = read_layout(transport, 0)
+        _, plan = plan_read(layout, parse_region(cfg.region), strategy=cfg.strategy, chunk_bytes=cfg.chunk_bytes)
+    desc = plan.describe(CostModel(), cfg.threads)
+    desc["scatter_buffers"] = not plan.byte_mode and not plan.request(0).contiguous
+    return desc
+
+
+def run(env: common.BenchEnv, args) -> dict:
+    """Measure every configuration (interleaved, fresh process each); results without machine info."""
+    log = common.logger(args)
+    cube = env.cube(args.size_mib * MiB)
+    url = env.presign(cube)
+    child_env = env.env()
+    cfgs = configs(args, cube)
+    sources = {"presigned": url, "s3": cube.s3_uri}
+    candidates = [baseline_candidate(child_env)] + [read_candidate(c, sources[c.method], child_env) for c in cfgs]
+    if log:
+        log(f"{NAME}: {common.gib(cube.object_bytes):.2f} GiB cube, {len(candidates)} configurations, "
+            f"{args.repeats} interleaved rounds, a fresh process per read")
+    # No warm-up round: every read is a new process, so there is nothing to warm.
+    results = common.run_interleaved(candidates, args.repeats, warmup=0, log=log)
+    baseline_peak = results["baseline"]["summary"]["peak_rss_bytes"]["median"]
+    for cfg in cfgs:
+        res = results[cfg.name]
+        res["plan"] = describe_plan(sources[cfg.method], cfg)
+        for s in res["samples"]:
+            s["peak_minus_baseline_minus_output_bytes"] = s["peak_rss_bytes"] - baseline_peak - s["output_bytes"]
+        res["summary"] = common.summarize(res["samples"])
+    ratios = {cfg.name: {**common.stats([s["peak_over_bound"] for s in results[cfg.name]["samples"]]),
+                         "samples": [s["peak_over_bound"] for s in results[cfg.name]["samples"]],
+                         "metric": "peak_rss_bytes / bound_bytes"} for cfg in cfgs}
+    return {
+        "config": {"size_mib": args.size_mib, "repeats": args.repeats, "cube": cube.describe(),
+                   "slack_bytes": SLACK_BYTES, "bound": "output_bytes + threads * chunk_bytes + 150e6",
+                   "server_keep_alive": env.keep_alive},
+        "candidates": results,
+        "ratios": ratios,
+        "targets": {name: TARGET_RATIO for name in ratios},
+        "notes": [
+            "peak = VmHWM of a fresh process doing exactly one read (imports included); "
+            "baseline = the same process without the read. Not ru_maxrss: exec keeps the replaced "
+            "address space's high-water mark and subprocess uses vfork, so a child's ru_maxrss "
+            "starts at its parent's peak (recorded as ru_maxrss_bytes for reference).",
+            "150 MB is taken as 150e6 bytes (the stricter reading).",
+            "peak_minus_baseline_minus_output: memory the read used beyond its output array "
+            "(scatter buffers, boto3 client, HTTP buffers).",
+        ],
+    }
+
+
+def to_markdown(results: dict) -> str:
+    """Table of one run's JSON: peak RSS and bound per configuration."""
+    cfg = results["config"]
+    base = results["candidates"]["baseline"]["summary"]["peak_rss_bytes"]
+    rows = []
+    for name, res in results["candidates"].items():
+        if name == "baseline":
+            continue
+        s, info, plan = res["summary"], res["info"], res["plan"]
+        rows.append([
+            name, f"{info['threads']} x {info['chunk_bytes'] // MiB} MiB, {info['strategy']}",
+            f"{plan['requests']} req, amp {plan['read_amplification']:.3g}, scatter {'yes' if plan['scatter_buffers'] else 'no'}",
+            f"{s['output_bytes']['median'] / MiB:.1f}", f"{s['bound_bytes']['median'] / MiB:.0f}",
+            common.spread(s["peak_rss_bytes"], "{:.0f}", scale=MiB),
+            common.spread(results["ratios"][name], "{:.3f}"),
+            f"{s['peak_minus_baseline_minus_output_bytes']['median'] / MiB:.0f}",
+        ])
+    head = (f"### Peak RSS of one read vs output + threads x chunk + 150 MB "
+            f"({common.gib(cfg['cube']['object_bytes']):.2f} GiB cube, {cfg['repeats']} rounds, fresh process each)\n\n"
+            f"Baseline (imports only): {common.spread(base, '{:.0f}', scale=MiB)} MiB peak RSS\n")
+    table = common.markdown_table(["read", "threads x chunk, strategy", "plan", "output MiB", "bound MiB",
+                                   "peak RSS MiB median (min-max)", "peak/bound", "peak-baseline-output MiB"], rows)
+    return head + "\n" + table
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    with common.BenchEnv(cache_dir=args.cache_dir) as env:
+        results = run(env, args)
+    path = common.write_results(NAME, results, args.results_dir)
+    print(to_markdown(results))
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""Run every benchmark on one server and one cube, write each one's JSON, print a markdown summary.
+
+    python -m bench [--size-mib 1024] [--repeats 3] [--only whole_object,memory]
+
+Each benchmark keeps its own defaults for its own options (threads, chunk sizes); run it alone
+(`python -m bench.NAME --help`) to change them. `python -m bench --summarize FILE.json ...`
+renders tables from results already written, without running anything.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+if __package__ in (None, ""):  # run as a file (python bench/run_all.py): make `bench` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import common, memory, whole_object
+
+# The registry: a new benchmark (subcube vs astropy, strategies, scaling, ...) is a module with
+# NAME, build_parser, run(env, args), to_markdown(results), added here.
+BENCHES = {module.NAME: module for module in (whole_object, memory)}
+COMMON_OPTIONS = ("size_mib", "repeats", "warmup", "results_dir", "cache_dir", "quiet")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    common.add_common_arguments(parser)
+    parser.add_argument("--only", default=",".join(BENCHES),
+                        help=f"comma-separated benchmarks to run (default all: {','.join(BENCHES)})")
+    parser.add_argument("--summarize", nargs="+", metavar="JSON", default=None,
+                        help="print the tables of these result files and exit")
+    return parser
+
+
+def render(results: dict) -> str:
+    """Markdown for one result file's contents, by its `bench` name."""
+    return BENCHES[results["bench"]].to_markdown(results)
+
+
+def header(results_list: list[dict]) -> str:
+    """Where and how the results were produced (from the first result's record)."""
+    first = results_list[0]
+    m = first["machine"]
+    git = m.get("git") or {}
+    return (f"## ingest benchmarks\n\n`{first['command']}` at {first['created_utc']}; "
+            f"{m['nproc']} cores, {m['memory_bytes'] / common.GiB:.0f} GiB, load {m['loadavg'][0]:.2f}, "
+            f"Python {m['python']}, ingest {m['packages'].get('ingest')}, "
+            f"commit {str(git.get('commit'))[:10]}{' (dirty)' if git.get('dirty') else ''}")
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.summarize:
+        loaded = [json.loads(open(path).read()) for path in args.summarize]
+        print("\n\n".join([header(loaded)] + [render(r) for r in loaded]))
+        return 0
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BENCHES]
+    if unknown:
+        raise SystemExit(f"--only: unknown benchmark(s) {unknown}; choose from {list(BENCHES)}")
+    written = []
+    with common.BenchEnv(cache_dir=args.cache_dir) as env:
+        for name in names:
+            module = BENCHES[name]
+            module_args = module.build_parser().parse_args([])  # the benchmark's own defaults
+            for option in COMMON_OPTIONS:
+                setattr(module_args, option, getattr(args, option))
+            results = module.run(env, module_args)
+            path = common.write_results(name, results, args.results_dir)
+            written.append(json.loads(path.read_text()))
+            print(f"wrote {path}", file=sys.stderr)
+    print("\n\n".join([header(written)] + [render(r) for r in written]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

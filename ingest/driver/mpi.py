@@ -1,0 +1,112 @@
+"""MPI plumbing for the driver: the world, launcher sanity checks, root-only steps, abort.
+
+mpi4py is imported only here and in the driver, and only when a command that needs it runs,
+so `import ingest` and the single-process API never start MPI.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+from ingest.errors import IngestError
+
+# Launchers export the task count they started; a world smaller than that means mpi4py was not
+# wired to the launcher (srun --mpi=none, a PMIx mismatch) and every task is a size-1 world.
+_LAUNCHER_COUNTS = ("SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
+
+
+class RootStepFailed(IngestError):
+    """Raised on every rank when a step run by rank 0 alone failed (rank 0 holds the message)."""
+
+
+def world():
+    """MPI.COMM_WORLD, after checking its size against what the launcher says it started."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    check_world_size(comm.Get_size(), os.environ)
+    return comm
+
+
+def launcher_tasks(environ) -> tuple[str, int] | None:
+    """(variable, count) of the first launcher task count found in `environ`, if any."""
+    for name in _LAUNCHER_COUNTS:
+        value = environ.get(name, "")
+        if value.isdigit():
+            return name, int(value)
+    if environ.get("SLURM_STEP_ID") and environ.get("SLURM_NTASKS", "").isdigit():
+        return "SLURM_NTASKS", int(environ["SLURM_NTASKS"])
+    return None
+
+
+def check_world_size(size: int, environ) -> None:
+    """Refuse to run N silent singleton worlds when the launcher started N tasks."""
+    found = launcher_tasks(environ)
+    if found and found[1] != size:
+        name, count = found
+        raise IngestError(
+            f"MPI world has {size} rank(s) but the launcher started {count} task(s) ({name}={count}): "
+            "mpi4py is not connected to the launcher, so every task would run alone. Under srun use "
+            "--mpi=pmix (not --mpi=none) with an MPI that mpi4py was built against; under mpiexec, "
+            "run the mpiexec of the MPI library mpi4py uses."
+        )
+
+
+def root_step(comm, fn, *args, **kwargs):
+    """Run fn on rank 0 only and broadcast its result; an IngestError there is raised on every
+    rank (the others get RootStepFailed), so all ranks leave together instead of hanging."""
+    result, error = None, None
+    if comm.Get_rank() == 0:
+        try:
+            result = fn(*args, **kwargs)
+        except IngestError as exc:
+            error = exc
+    error_text = comm.bcast(None if error is None else str(error), root=0)
+    if error is not None:
+        error.collective = True  # every rank knows: exit cleanly, no Abort needed
+        raise error
+    if error_text is not None:
+        raise RootStepFailed(error_text)
+    return comm.bcast(result, root=0)
+
+
+def all_agree_or_raise(comm, error: BaseException | None) -> None:
+    """Collective: if any rank failed, raise on every rank (naming the first failed rank)."""
+    messages = comm.allgather(None if error is None else f"{type(error).__name__}: {error}")
+    failed = [(r, m) for r, m in enumerate(messages) if m is not None]
+    if not failed:
+        return
+    if error is not None:
+        error.collective = True
+        raise error
+    rank, message = failed[0]
+    raise RootStepFailed(f"rank {rank} failed: {message}")
+
+
+def run_or_abort(comm, fn, *args) -> int:
+    """CLI wrapper: run fn(comm, *args); on an error print it with the rank and end the whole job.
+
+    An IngestError that every rank raised together (a bad config, a bad header) exits 1
+    cleanly. Anything else on one rank calls MPI Abort, which ends every rank at once, so a
+    failure never leaves the others waiting in a collective (the `python -m mpi4py` rule).
+    """
+    rank = comm.Get_rank()
+    try:
+        return int(fn(comm, *args) or 0)
+    except RootStepFailed:
+        return 1  # rank 0 has printed the reason
+    except IngestError as exc:
+        if getattr(exc, "collective", False) or comm.Get_size() == 1:
+            print(f"ingest: error: {exc}", file=sys.stderr, flush=True)
+            return 1
+        print(f"ingest: rank {rank}: error: {exc}", file=sys.stderr, flush=True)
+        comm.Abort(1)
+    except BaseException as exc:  # noqa: BLE001 - anything unexpected must still end the job
+        print(f"ingest: rank {rank}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        traceback.print_exc(file=sys.stderr)
+        sys.stderr.flush()
+        if comm.Get_size() == 1:
+            return 1
+        comm.Abort(1)
+    return 1

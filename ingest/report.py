@@ -1,0 +1,338 @@
+"""Reports as data first: per-rank timing records -> a JSON report (schema ingest.report/1) ->
+a human summary rendered from that JSON. Plots live in analysis/ and read the same JSON.
+
+Per-rank record (made by the driver, taken as given): rank, host, box ([start, stop] pairs in
+numpy order), bytes_needed, bytes_wire, requests, retries, first_byte_s (or None), start_s and
+stop_s (MPI.Wtime offsets from a barrier every rank passed), elapsed_s, throughput_bytes_per_s,
+output_path (or None), phase_s ({phase: seconds}), plan (the planner's describe()).
+
+Timings reduce as IOR's ReduceIterResults does: makespan = latest stop - earliest start, so a
+slow rank or a late start counts, unlike a mean of per-rank times.
+
+Nothing secret reaches a report: every string that is an http(s) URL is redacted (query string
+and user:password removed) when the report is built, whatever the caller passed.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from datetime import datetime, timezone
+from urllib.parse import urlsplit
+
+from ingest.errors import IngestError
+from ingest.presign import redact_url
+from ingest.units import MiB, format_bytes
+
+SCHEMA = "ingest.report/1"
+MODES = ("direct", "staging")
+CUBE_KEYS = ("source", "hdu", "shape", "dtype", "bitpix", "data_offset", "object_bytes")
+GRID_KEYS = ("grid_fits", "reason", "halo")
+BASELINE_KEYS = ("stage_s", "read_makespan_s", "total_s", "from", "read_ranks")
+_SUM_KEYS = ("bytes_needed", "bytes_wire", "requests", "retries")
+FULL_TABLE_MAX_RANKS = 64  # beyond this the table shows the first/last EDGE_ROWS and extremes
+EDGE_ROWS = 10
+# URLs anywhere in a string (a message may quote one); whitespace and quotes end them.
+_URL = re.compile(r"""https?://[^\s'"<>]+""", re.IGNORECASE)
+
+
+# ------------------------------------------------------------------ building
+
+
+def _clean(value):
+    """JSON-safe copy: numpy scalars/arrays to Python, non-finite floats to None, URLs redacted."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):  # numpy scalar or array
+        return _clean(value.tolist())
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return _URL.sub(_redact_match, value)
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return value
+
+
+def _redact_match(match: re.Match) -> str:
+    url = match.group(0)
+    parts = urlsplit(url)
+    # Only URLs carrying a query or user info change, so cleaning twice is harmless.
+    return redact_url(url) if parts.query or "@" in parts.netloc else url
+
+
+def _stats(values: list[float]) -> dict:
+    if not values:
+        return {"min": None, "mean": None, "max": None}
+    return {"min": min(values), "mean": sum(values) / len(values), "max": max(values)}
+
+
+def aggregate(ranks: list[dict]) -> dict:
+    """Reduce per-rank records: makespan (earliest start to latest stop), sums, extremes."""
+    if not ranks:
+        raise IngestError("report: no rank records to aggregate")
+    makespan_s = max(r["stop_s"] for r in ranks) - min(r["start_s"] for r in ranks)
+    sums = {key: sum(int(r.get(key) or 0) for r in ranks) for key in _SUM_KEYS}
+    slowest = max(ranks, key=lambda r: (r["elapsed_s"], -r["rank"]))
+    fastest = min(ranks, key=lambda r: (r["elapsed_s"], r["rank"]))
+    first_bytes = [r["first_byte_s"] for r in ranks if r.get("first_byte_s") is not None]
+    return {
+        "ranks": len(ranks),
+        "makespan_s": makespan_s,
+        **sums,
+        "read_amplification": sums["bytes_wire"] / sums["bytes_needed"] if sums["bytes_needed"] else None,
+        "throughput_bytes_per_s": sums["bytes_needed"] / makespan_s if makespan_s > 0 else None,
+        "slowest_rank": {"rank": slowest["rank"], "elapsed_s": slowest["elapsed_s"]},
+        "fastest_rank": {"rank": fastest["rank"], "elapsed_s": fastest["elapsed_s"]},
+        "elapsed_s": _stats([r["elapsed_s"] for r in ranks]),
+        "first_byte_s": _stats(first_bytes),
+    }
+
+
+def cube_from_layout(layout) -> dict:
+    """The report's `cube` block for an ingest.geometry.Layout."""
+    return {
+        "source": layout.source,
+        "hdu": layout.hdu,
+        "shape": list(layout.shape),
+        "dtype": layout.raw_dtype.str,  # stored dtype, with its byte order: '>f4'
+        "bitpix": layout.bitpix,
+        "data_offset": layout.data_offset,
+        "object_bytes": layout.object_bytes,
+        "data_bytes": layout.data_bytes,
+    }
+
+
+def staging_baseline(stage_s: float, read_aggregate: dict, source: str) -> dict:
+    """Baseline block: time to stage the cube plus the ranks' read makespan from the staged copy.
+    `source` says where the numbers come from (this job, or an earlier report's path)."""
+    read_s = read_aggregate["makespan_s"]
+    return {"stage_s": stage_s, "read_makespan_s": read_s, "total_s": stage_s + read_s, "from": source,
+            "read_ranks": read_aggregate.get("ranks")}  # a baseline from another rank count says so
+
+
+def build_report(*, config, cube: dict, grid: dict, ranks: list, mode: str = "direct",
+                 baseline: dict | None = None, extra: dict | None = None) -> dict:
+    """The whole report (schema ingest.report/1). `config` is RunConfig.to_report_dict() (a
+    RunConfig is accepted too); `speedup` = baseline total_s / this run's makespan_s."""
+    import ingest  # late: ingest/__init__ imports the engine, which must not need the report
+
+    if mode not in MODES:
+        raise IngestError(f"report: mode {mode!r} is not one of {', '.join(MODES)}")
+    if hasattr(config, "to_report_dict"):
+        config = config.to_report_dict()
+    seen = [r["rank"] for r in ranks]
+    if len(set(seen)) != len(seen):
+        raise IngestError(f"report: duplicate rank records {sorted(r for r in set(seen) if seen.count(r) > 1)}")
+    ordered = sorted(ranks, key=lambda r: r["rank"])
+    agg = aggregate(ordered)
+    report = {
+        "schema": SCHEMA,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "tool": {"name": "ingest", "version": ingest.__version__},
+        "mode": mode,
+        "config": dict(config),
+        # Named keys first (None when the caller lacks one), then anything extra it gave.
+        "cube": {**{k: cube.get(k) for k in CUBE_KEYS}, **cube},
+        "grid": {**{k: grid.get(k) for k in GRID_KEYS}, **grid},
+        "ranks": ordered,
+        "aggregate": agg,
+    }
+    if baseline is not None:
+        report["baseline"] = {k: baseline.get(k) for k in BASELINE_KEYS}
+        if mode == "direct":
+            total_s = baseline.get("total_s")
+            report["speedup"] = total_s / agg["makespan_s"] if total_s and agg["makespan_s"] > 0 else None
+    if extra:
+        report["extra"] = dict(extra)
+    return _clean(report)
+
+
+# ------------------------------------------------------------------ files
+
+
+def write_report(path, report: dict) -> str:
+    """Write `report` as JSON atomically (temp file, fsync, rename); parent dirs are created."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    text = json.dumps(_clean(report), indent=2, allow_nan=False) + "\n"
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        raise IngestError(f"report {path}: cannot create directory {directory} ({exc.strerror or exc})") from None
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        if isinstance(exc, OSError):
+            raise IngestError(f"report {path}: cannot write it ({exc.strerror or exc})") from None
+        raise
+    return path
+
+
+def load_report(path) -> dict:
+    """Read a report written by write_report; IngestError naming the file if it is not one."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            report = json.load(fh)
+    except OSError as exc:
+        raise IngestError(f"report {path}: cannot read it ({exc.strerror or exc})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise IngestError(f"report {path}: not a JSON file ({exc})") from None
+    schema = report.get("schema") if isinstance(report, dict) else None
+    if schema != SCHEMA:
+        raise IngestError(f"report {path}: schema is {schema!r}, expected {SCHEMA!r}; "
+                          "not an ingest report, or one from an incompatible version")
+    return report
+
+
+def baseline_from_report(path) -> dict:
+    """The staging baseline of an earlier `mode: staging` report, with `from` set to its path."""
+    report = load_report(path)
+    if report.get("mode") != "staging":
+        raise IngestError(f"report {path}: is a {report.get('mode')!r} report, not a staging one; "
+                          "make one with `python -m ingest stage` and pass that to --baseline")
+    base = report.get("baseline")
+    if not isinstance(base, dict) or base.get("total_s") is None:
+        raise IngestError(f"report {path}: staging report has no baseline block with total_s")
+    return {**base, "from": os.fspath(path)}
+
+
+# ------------------------------------------------------------------ rendering
+
+
+def _box_text(box) -> str:
+    """Numpy-order pairs -> 'x0-100 y50-100 z0-30' (FITS order, as in output file names)."""
+    letters = ("x", "y", "z", "s")
+    return " ".join(f"{letter}{a}-{b}" for letter, (a, b) in zip(letters, reversed(box)))
+
+
+def _num(value, fmt: str, scale: float = 1.0) -> str:
+    return "-" if value is None else format(value * scale, fmt)
+
+
+def _rank_row(r: dict, agg: dict) -> list[str]:
+    marks = [name for name in ("slowest", "fastest") if agg["ranks"] > 1 and agg[f"{name}_rank"]["rank"] == r["rank"]]
+    return [
+        str(r["rank"]), _box_text(r.get("box") or []),
+        _num(r.get("bytes_needed"), ".1f", 1 / MiB), _num(r.get("bytes_wire"), ".1f", 1 / MiB),
+        str(r.get("requests", "-")), str(r.get("retries", "-")),
+        _num(r.get("first_byte_s"), ".1f", 1000.0), _num(r.get("elapsed_s"), ".3f"),
+        _num(r.get("throughput_bytes_per_s"), ".1f", 1 / MiB), ", ".join(marks),
+    ]
+
+
+_HEADINGS = ["rank", "box (FITS order)", "MiB needed", "MiB wire", "requests", "retries",
+             "first byte ms", "elapsed s", "MiB/s", ""]
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    """Aligned text table; an empty row stands for ranks left out."""
+    widths = [max(len(row[i]) for row in [_HEADINGS] + rows if row) for i in range(len(_HEADINGS))]
+    def line(row):  # box and note left-aligned, numbers right-aligned
+        cells = [c.ljust(w) if i in (1, len(row) - 1) else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        return "  ".join(cells).rstrip()
+    out = [line(_HEADINGS), "  ".join("-" * w for w in widths)]
+    out += [line(row) if row else "  ..." for row in rows]
+    return out
+
+
+def _shown_ranks(ranks: list[dict], agg: dict) -> list[dict | None]:
+    """All ranks, or for long lists the first/last EDGE_ROWS plus slowest and fastest (None = gap)."""
+    if len(ranks) <= FULL_TABLE_MAX_RANKS:
+        return list(ranks)
+    keep = {r["rank"] for r in ranks[:EDGE_ROWS] + ranks[-EDGE_ROWS:]}
+    keep |= {agg["slowest_rank"]["rank"], agg["fastest_rank"]["rank"]}
+    shown, last = [], None
+    for i, r in enumerate(ranks):
+        if r["rank"] in keep:
+            if last is not None and i != last + 1:
+                shown.append(None)
+            shown.append(r)
+            last = i
+    return shown
+
+
+def render_summary(report: dict) -> str:
+    """Readable per-rank table, aggregate summary and, with a baseline, staging vs direct."""
+    cube, grid, agg = report.get("cube", {}), report.get("grid", {}), report["aggregate"]
+    config = report.get("config", {})
+    mode = report.get("mode", "?")
+    method = config.get("resolved_method") or config.get("method") or "?"
+    shape = cube.get("shape") or []
+    lines = [
+        f"ingest report ({report.get('schema')}), mode {mode}, method {method}, created {report.get('created')}",
+        f"cube: {cube.get('source')} HDU {cube.get('hdu')}, "
+        f"{'x'.join(str(n) for n in reversed(shape))} (NAXIS1xNAXIS2...) {cube.get('dtype')}",
+        f"grid: {_grid_text(grid.get('grid_fits'))} (FITS order), halo {grid.get('halo')} px"
+        + (f"; {grid['reason']}" if grid.get("reason") else ""),
+        "",
+    ]
+    rows = _shown_ranks(report["ranks"], agg)
+    lines += _table([_rank_row(r, agg) if r is not None else [] for r in rows])
+    if len(rows) < len(report["ranks"]):
+        lines.append(f"  ({len(report['ranks']) - sum(r is not None for r in rows)} of "
+                     f"{len(report['ranks'])} ranks not shown; the JSON has them all)")
+    elapsed = agg["elapsed_s"]
+    amp = agg.get("read_amplification")
+    lines += [
+        "",
+        f"ranks {agg['ranks']}, makespan {agg['makespan_s']:.3f} s (earliest start to latest stop)",
+        f"bytes needed {format_bytes(agg['bytes_needed'])}, on the wire {format_bytes(agg['bytes_wire'])}"
+        + (f" (amplification {amp:.3f}x)" if amp is not None else ""),
+        f"requests {agg['requests']}, retries {agg['retries']}, "
+        f"throughput {_num(agg.get('throughput_bytes_per_s'), '.1f', 1 / MiB)} MiB/s (needed bytes / makespan)",
+        f"elapsed per rank: min {elapsed['min']:.3f} s, mean {elapsed['mean']:.3f} s, max {elapsed['max']:.3f} s; "
+        f"slowest rank {agg['slowest_rank']['rank']}, fastest rank {agg['fastest_rank']['rank']}",
+    ]
+    base = report.get("baseline")
+    if base:
+        lines += ["", *_baseline_block(base, agg, mode, report.get("speedup"))]
+    return "\n".join(lines) + "\n"
+
+
+def _grid_text(grid_fits) -> str:
+    return "x".join(str(p) for p in grid_fits) if grid_fits else "?"
+
+
+def _baseline_block(base: dict, agg: dict, mode: str, speedup) -> list[str]:
+    stage_s, read_s, total_s = (base.get(k) for k in ("stage_s", "read_makespan_s", "total_s"))
+    lines = [f"staging baseline (from {base.get('from')}):"]
+    if mode == "staging":
+        return lines + [f"  stage {_num(stage_s, '.3f')} s + read {_num(read_s, '.3f')} s = total {_num(total_s, '.3f')} s"]
+    rows = [("", "staging", "direct"),
+            ("stage s", _num(stage_s, ".3f"), "-"),
+            ("read makespan s", _num(read_s, ".3f"), f"{agg['makespan_s']:.3f}"),
+            ("total s", _num(total_s, ".3f"), f"{agg['makespan_s']:.3f}")]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines += ["  " + "  ".join([r[0].ljust(widths[0]), r[1].rjust(widths[1]), r[2].rjust(widths[2])]) for r in rows]
+    lines.append(f"speedup {_num(speedup, '.2f')}x (staging total / direct makespan)")
+    return lines
+
+
+# ------------------------------------------------------------------ command
+
+
+def _run(args) -> int:
+    print(render_summary(load_report(args.path)), end="")
+    return 0
+
+
+def add_parser(subparsers) -> None:
+    """Register `report PATH.json`: print the summary of a saved report."""
+    p = subparsers.add_parser("report", help="print the per-rank table and summary of a saved JSON report",
+                              description="Print the per-rank table and summary of a saved ingest report.")
+    p.add_argument("path", metavar="PATH.json", help="report written by `run --report` or `stage --report`")
+    p.set_defaults(func=_run)
