@@ -2,7 +2,10 @@
 
 Same object, same presigned URL, same run, interleaved; the finding is the per-round ratio
 of throughputs ingest / curl (target >= 1.0: parallel ranges should beat one stream), plus
-CPU seconds per GiB of each reader and of the server while it served that reader.
+CPU seconds per GiB of each reader and of the server while it served that reader. A second
+curl asks for the data bytes with a Range header (`curl_range`): versitygw serves a GET
+without Range by sendfile but a ranged GET by pread + 32 KiB socket writes (strace -c), so
+ingest / curl_range separates the client from the server's range path.
 
     python -m bench.whole_object [--size-mib 1024] [--threads 4] [--chunk-mib 16] [--repeats 3]
 """

@@ -7,6 +7,7 @@ from ingest.executor import ReadStats, execute
 from ingest.geometry import Layout
 from ingest.layout import read_layout
 from ingest.planner import CostModel, Plan, make_plan
+from ingest.retry import RetryPolicy
 from ingest.region import Selection, normalize
 from ingest.transports import Transport, open_transport
 
@@ -78,11 +79,12 @@ def read_selection(
     native_byteorder: bool = False,
     convert: bool = True,
     progress=None,
+    retry: RetryPolicy = RetryPolicy(),
 ) -> tuple[np.ndarray, ReadStats]:
     """Execute a plan into a fresh array and convert it as astropy would (convert=False: the raw
     stored values in the selection's box shape, e.g. to write them out unchanged)."""
     raw = np.empty(sel.box_shape, dtype=layout.raw_dtype)
-    stats = execute(plan, transport, raw, threads=threads, progress=progress)
+    stats = execute(plan, transport, raw, threads=threads, progress=progress, retry=retry)
     if not convert:
         return raw, stats
     data = apply_scaling(raw, layout)
@@ -103,6 +105,7 @@ def read_subcube(
     method: str = "auto",
     native_byteorder: bool = False,
     cost: CostModel | None = None,
+    retry: RetryPolicy | None = None,
     **transport_options,
 ) -> np.ndarray:
     """Read `region` of HDU `hdu` of the FITS object `source` into a numpy array.
@@ -112,7 +115,8 @@ def read_subcube(
     region: slices/ints in numpy axis order, meaning what astropy's `section[region]` means.
     threads: concurrent requests (default 4); chunk_bytes: largest request (default 16 MiB);
     strategy: auto | large | intermediate | small (seed 001 s7.4); max_gap_bytes: coalescing gap
-    (default from `cost`: latency x bandwidth). The result equals astropy's section: same
+    (default from `cost`: latency x bandwidth); retry: a RetryPolicy for transient faults
+    (default 5 retries within 300 s, resuming broken ranges). The result equals astropy's section: same
     values and dtype, big-endian as stored unless native_byteorder=True.
     """
     with open_transport(source, method, threads=threads, **transport_options) as transport:
@@ -120,5 +124,6 @@ def read_subcube(
         sel, plan = plan_read(
             layout, region, strategy=strategy, chunk_bytes=chunk_bytes, max_gap_bytes=max_gap_bytes, cost=cost
         )
-        data, _ = read_selection(transport, layout, sel, plan, threads=threads, native_byteorder=native_byteorder)
+        data, _ = read_selection(transport, layout, sel, plan, threads=threads, native_byteorder=native_byteorder,
+                                 retry=retry or RetryPolicy())
         return data

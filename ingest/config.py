@@ -75,6 +75,8 @@ class RunConfig:
     output_dir: str | None = _opt(None, unit="path", kind="path", help="write each rank's subcube here")
     compare: str = _opt("none", kind="choice", choices=("none", "staging"),
                         help="staging: also time the copy-to-filesystem baseline (needs stage_dir)")
+    stage_direct_io: bool = _opt(False, kind="bool",
+                                 help="read the staged copy with O_DIRECT, bypassing the page cache entirely")
     stage_dir: str | None = _opt(None, unit="path", kind="path",
                                  help="directory for the staged copy; required with compare=staging")
     baseline: str | None = _opt(None, unit="path", kind="path",
@@ -85,6 +87,8 @@ class RunConfig:
     presign_expires_s: int = _opt(3600, unit="s", kind="int", low=1, high=MAX_EXPIRES_S,
                                   help="lifetime of URLs ingest presigns itself (SigV4 allows 7 days)")
     retries: int = _opt(5, unit="retries", kind="int", low=0, help="retries per request after a retryable error")
+    retry_backoff_s: float = _opt(0.2, unit="s", kind="float", low=0.0,
+                                  help="first retry waits up to this long; the ceiling doubles each retry (full jitter)")
     retry_total_s: float = _opt(300.0, unit="s", kind="float", low=0.0, low_open=True,
                                 help="give up on a request after this much time spent retrying")
     connect_timeout_s: float = _opt(10.0, unit="s", kind="float", low=0.0, low_open=True,

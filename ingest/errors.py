@@ -23,3 +23,21 @@ class TransportError(IngestError):
 
 class RangeNotSupportedError(TransportError):
     """The server answered a Range request with the whole object (status 200)."""
+
+
+class RetryableError(TransportError):
+    """A transient failure (reset, timeout, truncated body, 5xx, SlowDown). `received` bytes of
+    the request had arrived intact before it, so a retry resumes after them."""
+
+    def __init__(self, message: str, *, kind: str, received: int = 0):
+        super().__init__(message)
+        self.kind = kind  # short fault name for the report: reset, timeout, truncated, http_503...
+        self.received = received
+
+
+class ObjectChangedError(TransportError):
+    """The object is no longer the version the run started with (ETag/mtime changed)."""
+
+
+class ExpiredURLError(TransportError):
+    """A presigned URL's lifetime ran out."""

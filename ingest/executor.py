@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ingest.planner import Plan
+from ingest.retry import FaultLog, RetryPolicy, read_with_retries
 from ingest.transports.base import Transport
 
 
@@ -26,6 +27,8 @@ class ReadStats:
     elapsed_s: float = 0.0
     first_byte_s: float | None = None  # earliest time any reply started arriving
     retries: int = 0
+    resumed_bytes: int = 0  # bytes resumed requests did not fetch twice
+    faults: dict = field(default_factory=dict)  # fault kind -> count (recovered or not)
     request_s: list = field(default_factory=list, repr=False)  # per-request wall time, for percentiles
 
     @property
@@ -46,21 +49,21 @@ class _Worker:
         return self._buf
 
 
-def _run_one(plan: Plan, transport: Transport, out: np.ndarray, flat: memoryview, i: int, worker: _Worker) -> float:
+def _run_one(plan: Plan, read, out: np.ndarray, flat: memoryview, i: int, worker: _Worker) -> float:
     """Execute request i; return its time to first byte."""
     lat = plan.lattice
     req = plan.request(i)
     if plan.byte_mode:
         run = int(np.ravel_multi_index(req.index, lat.counts)) if lat.counts else 0
         dst = run * lat.run_bytes + req.run_offset
-        return transport.read_into(flat[dst : dst + req.nbytes], req.offset)
+        return read(flat[dst : dst + req.nbytes], req.offset)
     level = plan.level
     if req.contiguous:
         first = req.index + (0,) * (len(lat.counts) - level - 1)
         dst = int(np.ravel_multi_index(first, lat.counts)) * lat.run_bytes
-        return transport.read_into(flat[dst : dst + req.nbytes], req.offset)
+        return read(flat[dst : dst + req.nbytes], req.offset)
     buf = worker.buffer(req.nbytes)
-    ttfb_s = transport.read_into(memoryview(buf)[: req.nbytes], req.offset)
+    ttfb_s = read(memoryview(buf)[: req.nbytes], req.offset)
     src = np.ndarray(
         shape=(req.units,) + lat.counts[level + 1 :] + (lat.run_bytes,),
         dtype=np.uint8,
@@ -80,11 +83,20 @@ def lattice_view(array: np.ndarray, plan: Plan) -> np.ndarray:
     return array.reshape(-1).view(np.uint8).reshape(lat.counts + (lat.run_bytes,))
 
 
-def execute(plan: Plan, transport: Transport, array: np.ndarray, *, threads: int = 1, progress=None) -> ReadStats:
+def execute(
+    plan: Plan,
+    transport: Transport,
+    array: np.ndarray,
+    *,
+    threads: int = 1,
+    progress=None,
+    retry: RetryPolicy = RetryPolicy(),
+) -> ReadStats:
     """Fill `array` (the selection's raw bytes, C order) by running `plan` on `threads` threads.
 
-    `progress`, if given, is called with the byte count of each finished request (from worker
-    threads). The first error stops all workers and is raised here.
+    Transient failures are retried per `retry`, resuming broken ranges. `progress`, if given,
+    is called with the byte count of each finished request (from worker threads). The first
+    unrecoverable error stops all workers and is raised here.
     """
     out = lattice_view(array, plan)
     flat = memoryview(out.reshape(-1))
@@ -93,7 +105,18 @@ def execute(plan: Plan, transport: Transport, array: np.ndarray, *, threads: int
     lock = threading.Lock()
     next_index = [0]
     failure: list[BaseException] = []
+    faults = FaultLog()
     t0 = time.perf_counter()
+
+    def on_fault(exc, will_retry: bool, resumed_bytes: int) -> None:
+        with lock:
+            faults.record(exc)
+            if will_retry:
+                faults.retries += 1
+                faults.resumed_bytes += resumed_bytes
+
+    def read(buffer: memoryview, offset: int) -> float:
+        return read_with_retries(transport, buffer, offset, retry, on_fault)
 
     def work():
         worker = _Worker(plan)
@@ -105,7 +128,7 @@ def execute(plan: Plan, transport: Transport, array: np.ndarray, *, threads: int
                 next_index[0] += 1
             t_req = time.perf_counter()
             try:
-                ttfb_s = _run_one(plan, transport, out, flat, i, worker)
+                ttfb_s = _run_one(plan, read, out, flat, i, worker)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller below
                 with lock:
                     failure.append(exc)
@@ -132,6 +155,7 @@ def execute(plan: Plan, transport: Transport, array: np.ndarray, *, threads: int
         for t in pool:
             t.join()
     stats.elapsed_s = time.perf_counter() - t0
+    stats.retries, stats.resumed_bytes, stats.faults = faults.retries, faults.resumed_bytes, dict(faults.faults)
     if failure:
         raise failure[0]
     return stats

@@ -170,6 +170,10 @@ class Plan:
         contiguous = nbytes == units * inner
         return Request(offset, nbytes, prefix + (first,), 0, units, contiguous)
 
+    def predicted_s(self, cost: CostModel, threads: int) -> float:
+        """The cost model's time for this plan on `threads` threads."""
+        return cost.predict_s(self.n_requests, self.wire_bytes, threads)
+
     def describe(self, cost: CostModel, threads: int) -> dict:
         """Summary for `plan`, reports and logs."""
         sizes = {self.request(0).nbytes, self.request(self.n_requests - 1).nbytes}
@@ -183,7 +187,7 @@ class Plan:
             "read_amplification": round(self.amplification, 4),
             "max_gap_bytes": self.max_gap_bytes,
             "chunk_bytes": self.chunk_bytes,
-            "predicted_s": round(cost.predict_s(self.n_requests, self.wire_bytes, threads), 4),
+            "predicted_s": round(self.predicted_s(cost, threads), 4),
         }
 
 

@@ -111,6 +111,30 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", "")) + (f"?{query}" if query else "")
 
 
+def url_object(url: str) -> tuple[str, str, str] | None:
+    """(endpoint_url, bucket, key) of a path-style S3 URL, or None when it is not one."""
+    parts = urlsplit(url)
+    bucket, _, key = parts.path.lstrip("/").partition("/")
+    if not (parts.scheme and parts.netloc and _BUCKET.match(bucket or "") and key):
+        return None
+    from urllib.parse import unquote
+
+    return f"{parts.scheme}://{parts.netloc}", bucket, unquote(key)
+
+
+def url_signer(bucket: str, key: str, expires_s: int, endpoint_url: str | None = None):
+    """A callable that signs a fresh URL for the object with this process's credentials, or None
+    when there are none (boto3's chain finds no keys). Signing is local: no request is made."""
+    import boto3
+
+    if boto3.session.Session().get_credentials() is None:
+        return None
+    from ingest.s3client import shared_s3_client
+
+    client = shared_s3_client(**({"endpoint_url": endpoint_url} if endpoint_url else {}))
+    return lambda: presign_url(bucket, key, expires_s=expires_s, client=client)
+
+
 def add_parser(subparsers) -> None:
     """Register `presign s3://bucket/key [--expires-s N] [--endpoint-url URL]`."""
     p = subparsers.add_parser(

@@ -48,7 +48,7 @@ def shared_s3_client(max_pool_connections: int = 10, **kw):
     key so a changed endpoint or key never reuses a stale client.
     """
     env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
-    key = (max_pool_connections, tuple(sorted(kw.items())), env)
+    key = (max_pool_connections, repr(sorted(kw.items())), env)  # repr: values may be dicts
     with _CLIENTS_LOCK:
         client = _CLIENTS.get(key)
         if client is None:

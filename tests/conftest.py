@@ -71,3 +71,7 @@ def _delete_bucket(client, bucket: str) -> None:
         client.delete_bucket(Bucket=bucket)
     except Exception as exc:  # noqa: BLE001 - reported, not raised
         warnings.warn(f"could not delete test bucket {bucket}: {exc}")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slurm: starts a real single-node SLURM (scripts/slurm-local.sh)")

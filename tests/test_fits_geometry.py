@@ -37,7 +37,7 @@ def test_extension_hdu_by_index_and_layout_facts(tmp_path):
 def test_header_spanning_many_blocks(tmp_path):
     hdu = fits.PrimaryHDU(_cube())
     for k in range(200):  # 200 cards ~ 6 blocks
-        hdu.header[f"HISTORY"] = f"padding card {k}"
+        hdu.header["HISTORY"] = f"padding card {k}"
     p = _write(tmp_path / "long.fits", [hdu])
     with open_transport(p) as t:
         layout = read_layout(t)

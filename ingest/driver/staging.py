@@ -57,7 +57,8 @@ def measure_staging(comm, cfg: RunConfig, job: Job) -> dict:
     except OSError as exc:
         error = exc
     all_agree_or_raise(comm, error)
-    _, record = read_rank_box(comm, cfg, job, os.path.abspath(final_path), "posix", "staged")
+    _, record = read_rank_box(comm, cfg, job, os.path.abspath(final_path), "posix", "staged",
+                              direct=cfg.stage_direct_io)
     records = comm.gather(record, root=0)
     if rank != 0:
         return {"baseline": None, "records": None}

@@ -1,18 +1,30 @@
 """Presigned URLs: HTTP Range GETs with urllib3, one pooled connection per thread."""
 from __future__ import annotations
 
+import threading
 import time
+from datetime import datetime, timezone
 
 import urllib3
 
-from ingest.errors import RangeNotSupportedError, TransportError
-from ingest.presign import redact_url
+from ingest.errors import ExpiredURLError, ObjectChangedError, RangeNotSupportedError, RetryableError, TransportError
+from ingest.presign import redact_url, url_expiry
 from ingest.transports.base import ObjectInfo, Transport
-from ingest.transports.httpbody import check_content_range, range_header, read_body_into
+from ingest.transports.httpbody import (
+    RETRYABLE_STATUS,
+    check_content_range,
+    range_header,
+    read_body_into,
+    s3_error_code,
+)
 
 
 class HttpTransport(Transport):
-    """Range GETs against a presigned URL (the URL is the only credential: never log it whole)."""
+    """Range GETs against a presigned URL (the URL is the only credential: never log it whole).
+
+    refresh_url: optional callable returning a freshly signed URL for the same object; when
+    given, a 403 from an expired URL is retried with a new URL instead of failing.
+    """
 
     name = "presigned"
 
@@ -25,6 +37,7 @@ class HttpTransport(Transport):
         read_timeout_s: float = 60.0,
         verify_tls: bool = True,
         ca_bundle: str | None = None,
+        refresh_url=None,
         **_ignored,
     ):
         super().__init__(source, threads=threads)
@@ -37,51 +50,76 @@ class HttpTransport(Transport):
             num_pools=2,
             maxsize=max(1, threads),
             block=True,
-            retries=False,
+            retries=False,  # ingest.retry owns retrying, so every retry is counted and bounded
             timeout=urllib3.Timeout(connect=connect_timeout_s, read=read_timeout_s),
             **tls,
         )
+        self._refresh_url = refresh_url
+        self._refresh_lock = threading.Lock()
 
     @property
     def display_name(self) -> str:
         return redact_url(self.source)
 
-    def _get(self, offset: int, nbytes: int):
+    def _get(self, url: str, offset: int, nbytes: int):
+        headers = {"Range": range_header(offset, nbytes)}
+        if self._info is not None and self._info.etag:
+            headers["If-Match"] = self._info.etag  # never mix two versions of the object
         try:
-            return self._pool.request(
-                "GET",
-                self.source,
-                headers={"Range": range_header(offset, nbytes)},
-                preload_content=False,
-                decode_content=False,
-                redirect=False,
-            )
+            return self._pool.request("GET", url, headers=headers, preload_content=False,
+                                      decode_content=False, redirect=False)
+        except urllib3.exceptions.SSLError as exc:
+            raise TransportError(f"{self.display_name}: TLS failed: {exc.__class__.__name__} "
+                                 "(check --ca-bundle; --no-verify-tls only for test servers)") from None
         except urllib3.exceptions.HTTPError as exc:
-            raise TransportError(f"{self.display_name}: request for bytes at {offset} failed: {exc}") from exc
+            kind = "timeout" if "Timeout" in type(exc).__name__ else "connect"
+            raise RetryableError(f"{self.display_name}: request for bytes at {offset} failed: "
+                                 f"{type(exc).__name__}", kind=kind) from exc
 
-    def _refuse(self, resp, offset: int) -> None:
-        """Turn a non-206 reply into a clear error without streaming its body."""
+    def _refuse(self, resp, url: str, offset: int) -> None:
+        """Turn a non-206 reply into the right error without streaming its body."""
         status = resp.status
-        detail = ""
-        if status != 200:
-            detail = resp.read(512, decode_content=True).decode("utf-8", "replace")
+        detail = "" if status == 200 else resp.read(1024, decode_content=True).decode("utf-8", "replace")
         resp.close()  # never return a half-read connection to the pool
         if status == 200:
             raise RangeNotSupportedError(
                 f"{self.display_name}: server ignored the Range header and started sending the whole "
                 f"object (status 200); refusing to stream it"
             )
-        code = _s3_error_code(detail)
-        hint = ""
+        code = s3_error_code(detail)
+        what = f"{self.display_name}: HTTP {status}{' ' + code if code else ''} at offset {offset}"
+        if status in RETRYABLE_STATUS:
+            raise RetryableError(what, kind="slowdown" if code == "SlowDown" else f"http_{status}")
+        if status == 412:
+            raise ObjectChangedError(f"{what}: the object changed since the run started (ETag "
+                                     f"{self._info.etag if self._info else '?'}); stopping rather than mixing versions")
         if status == 403:
-            hint = " (the presigned URL is invalid or has expired)" if "expired" not in detail.lower() else " (the presigned URL has expired)"
-        raise TransportError(f"{self.display_name}: HTTP {status}{' ' + code if code else ''} at offset {offset}{hint}")
+            self._on_forbidden(url, what)
+        raise TransportError(what)
+
+    def _on_forbidden(self, url: str, what: str) -> None:
+        """A 403 from an expired URL says so, and is re-signed when we can."""
+        expiry = url_expiry(url)
+        now = datetime.now(timezone.utc)
+        if expiry is None or expiry > now:
+            raise TransportError(f"{what} (access denied: the presigned URL is invalid or lacks permission)")
+        if self._refresh_url is None:
+            raise ExpiredURLError(
+                f"{what}: the presigned URL expired at {expiry:%Y-%m-%d %H:%M:%S} UTC "
+                f"({(now - expiry).total_seconds():.0f} s ago); get a new URL, or give an s3:// source "
+                "with credentials so ingest can sign its own"
+            )
+        with self._refresh_lock:
+            if self.source == url:  # another thread may have refreshed it already
+                self.source = self._refresh_url()
+        raise RetryableError(f"{what}: presigned URL expired; signed a new one", kind="expired_url")
 
     def _stat(self) -> ObjectInfo:
         # A presigned GET URL is signed for GET only, so a 1-byte ranged GET stands in for HEAD.
-        resp = self._get(0, 1)
+        url = self.source
+        resp = self._get(url, 0, 1)
         if resp.status != 206:
-            self._refuse(resp, 0)
+            self._refuse(resp, url, 0)
         total = check_content_range(resp.headers.get("Content-Range"), 0, 1, self.display_name)
         resp.read()
         resp.release_conn()
@@ -91,14 +129,16 @@ class HttpTransport(Transport):
 
     def read_into(self, buffer: memoryview, offset: int) -> float:
         n = len(buffer)
+        url = self.source
         t0 = time.perf_counter()
-        resp = self._get(offset, n)
+        resp = self._get(url, offset, n)
         ttfb_s = time.perf_counter() - t0
         ok = False
         try:
             if resp.status != 206:
-                self._refuse(resp, offset)
+                self._refuse(resp, url, offset)
             check_content_range(resp.headers.get("Content-Range"), offset, n, self.display_name)
+            self._check_etag(resp.headers.get("ETag"))
             read_body_into(resp, buffer, self.display_name, offset)
             ok = True
         finally:
@@ -108,12 +148,12 @@ class HttpTransport(Transport):
                 resp.close()
         return ttfb_s
 
+    def _check_etag(self, etag: str | None) -> None:
+        """Belt and braces for servers that ignore If-Match."""
+        pinned = self._info.etag if self._info is not None else None
+        if pinned and etag and etag != pinned:
+            raise ObjectChangedError(f"{self.display_name}: ETag changed from {pinned} to {etag} mid-run; "
+                                     "stopping rather than mixing two versions of the object")
+
     def close(self) -> None:
         self._pool.clear()
-
-
-def _s3_error_code(body: str) -> str:
-    """The <Code> of an S3 XML error body, if any (e.g. AccessDenied, SignatureDoesNotMatch)."""
-    start = body.find("<Code>")
-    end = body.find("</Code>")
-    return body[start + 6 : end] if 0 <= start < end else ""

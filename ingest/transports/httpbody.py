@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import re
 
-from ingest.errors import TransportError
+import socket
+
+from ingest.errors import RetryableError, TransportError
 
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 
@@ -43,9 +45,32 @@ def read_body_into(raw, buffer: memoryview, name: str, offset: int) -> None:
             if not k:
                 break
             got += k
-    except Exception as exc:  # socket errors, protocol errors: all mean a broken body
-        raise TransportError(
-            f"{name}: connection broke after {got} of {n} bytes at offset {offset}: {exc}"
+    except Exception as exc:  # socket and protocol errors: the body broke, what arrived is good
+        kind = "timeout" if _is_timeout(exc) else "reset"
+        raise RetryableError(
+            f"{name}: connection {'stalled' if kind == 'timeout' else 'broke'} after {got} of {n} bytes "
+            f"at offset {offset}: {type(exc).__name__}",
+            kind=kind,
+            received=got,
         ) from exc
     if got != n:
-        raise TransportError(f"{name}: body ended after {got} of {n} bytes at offset {offset}")
+        raise RetryableError(f"{name}: body ended after {got} of {n} bytes at offset {offset}",
+                             kind="truncated", received=got)
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    while exc is not None:
+        if isinstance(exc, (socket.timeout, TimeoutError)) or "timeout" in type(exc).__name__.lower():
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+# Statuses that say "not now" rather than "no": S3's 503 SlowDown, gateway hiccups, throttling.
+RETRYABLE_STATUS = {429, 500, 502, 503, 504}
+
+
+def s3_error_code(body: str) -> str:
+    """The <Code> of an S3 XML error body, if any (e.g. AccessDenied, SlowDown)."""
+    start, end = body.find("<Code>"), body.find("</Code>")
+    return body[start + 6 : end] if 0 <= start < end else ""

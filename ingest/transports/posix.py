@@ -15,7 +15,7 @@ import os
 import threading
 import time
 
-from ingest.errors import TransportError
+from ingest.errors import ObjectChangedError, TransportError
 from ingest.transports.base import ObjectInfo, Transport
 
 ALIGN_BYTES = 4096  # >= every logical block size in use (512 B disks, 4 KiB "4Kn" disks)
@@ -67,7 +67,23 @@ class PosixTransport(Transport):
         n = len(buffer)
         self._check_range(offset, n)
         if self.direct:
-            return self._read_direct(buffer, offset)
+            ttfb_s = self._read_direct(buffer, offset)
+        else:
+            ttfb_s = self._read_buffered(buffer, offset)
+        self._check_unchanged()
+        return ttfb_s
+
+    def _check_unchanged(self) -> None:
+        """A file rewritten under a running job (size or mtime changed) must not be mixed in."""
+        if self._info is None:
+            return
+        st = os.fstat(self._fd)
+        if st.st_size != self._info.object_bytes or str(st.st_mtime_ns) != self._info.last_modified:
+            raise ObjectChangedError(f"{self.source}: file changed since the run started (size or mtime); "
+                                     "stopping rather than mixing two versions")
+
+    def _read_buffered(self, buffer: memoryview, offset: int) -> float:
+        n = len(buffer)
         t0 = time.perf_counter()
         first = None
         got = 0

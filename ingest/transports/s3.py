@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import time
 
-from ingest.errors import RangeNotSupportedError, TransportError
+from ingest.errors import ObjectChangedError, RangeNotSupportedError, RetryableError, TransportError
 from ingest.presign import parse_s3_uri
 from ingest.transports.base import ObjectInfo, Transport
-from ingest.transports.httpbody import check_content_range, range_header, read_body_into
+from ingest.transports.httpbody import RETRYABLE_STATUS, check_content_range, range_header, read_body_into
+
+_RETRYABLE_CODES = {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "Throttling"}
 
 
 class S3Transport(Transport):
@@ -36,22 +38,35 @@ class S3Transport(Transport):
                 max_pool_connections=max(10, threads),
                 connect_timeout=connect_timeout_s,
                 read_timeout=read_timeout_s,
+                # one attempt per call: ingest.retry owns retrying, so every retry is counted
+                retries={"total_max_attempts": 1},
                 verify=(ca_bundle or True) if verify_tls else False,
                 **({"endpoint_url": endpoint_url} if endpoint_url else {}),
             )
         self._client = client
 
     def _call(self, what: str, **kw):
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, SSLError
+        from botocore.exceptions import ConnectionError as BotoConnectionError
 
         try:
             return getattr(self._client, what)(Bucket=self.bucket, Key=self.key, **kw)
         except ClientError as exc:
             err = exc.response.get("Error", {})
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            raise TransportError(
-                f"{self.source}: {what} failed: HTTP {status} {err.get('Code', '')} {err.get('Message', '')}".rstrip()
-            ) from None
+            code = err.get("Code", "")
+            text = f"{self.source}: {what} failed: HTTP {status} {code} {err.get('Message', '')}".rstrip()
+            if status in RETRYABLE_STATUS or code in _RETRYABLE_CODES:
+                raise RetryableError(text, kind="slowdown" if code == "SlowDown" else f"http_{status}") from None
+            if status == 412 or code == "PreconditionFailed":
+                raise ObjectChangedError(f"{text}: the object changed since the run started; stopping rather "
+                                         "than mixing versions") from None
+            raise TransportError(text) from None
+        except SSLError as exc:
+            raise TransportError(f"{self.source}: TLS failed: {exc}") from None
+        except (BotoConnectionError, HTTPClientError) as exc:
+            kind = "timeout" if "Timeout" in type(exc).__name__ else "connect"
+            raise RetryableError(f"{self.source}: {what} failed: {type(exc).__name__}", kind=kind) from exc
         except BotoCoreError as exc:
             raise TransportError(f"{self.source}: {what} failed: {exc}") from exc
 
@@ -61,8 +76,9 @@ class S3Transport(Transport):
 
     def read_into(self, buffer: memoryview, offset: int) -> float:
         n = len(buffer)
+        pin = {"IfMatch": self._info.etag} if self._info is not None and self._info.etag else {}
         t0 = time.perf_counter()
-        resp = self._call("get_object", Range=range_header(offset, n))
+        resp = self._call("get_object", Range=range_header(offset, n), **pin)
         ttfb_s = time.perf_counter() - t0
         body = resp["Body"]
         raw = getattr(body, "_raw_stream", body)
