@@ -6,14 +6,11 @@ import numpy as np
 from ingest.executor import ReadStats, execute
 from ingest.geometry import Layout
 from ingest.layout import read_layout
-from ingest.planner import CostModel, Plan, make_plan
+from ingest.planner import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, CostModel, Plan, make_plan
 from ingest.retry import RetryPolicy
 from ingest.region import Selection, normalize
 from ingest.transports import Transport, open_transport
 
-MiB = 1 << 20
-DEFAULT_CHUNK_BYTES = 16 * MiB  # 4-16 MiB was the loopback sweet spot (INFRA.md)
-DEFAULT_THREADS = 4
 
 
 def apply_scaling(raw: np.ndarray, layout: Layout) -> np.ndarray:

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import json
+import math
 
-from ingest.api import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, plan_read
+from ingest.api import plan_read
 from ingest.layout import read_layout
-from ingest.planner import STRATEGIES, CostModel
-from ingest.region import parse_region
+from ingest.planner import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, STRATEGIES, CostModel
+from ingest.errors import ConfigError
+from ingest.region import normalize, parse_region
 from ingest.transports import open_transport
 from ingest.units import format_bytes, parse_bytes
 
@@ -47,13 +49,30 @@ def _info(args) -> int:
 
 def _plan(args) -> int:
     cost = CostModel(latency_s=args.latency_s, bandwidth_bytes_per_s=args.bandwidth_bytes_per_s)
-    chunk_bytes = parse_bytes(args.chunk_bytes, "chunk_bytes")
+    chunk_bytes = None if args.chunk_bytes == "auto" else parse_bytes(args.chunk_bytes, "chunk_bytes")
     max_gap = None if args.max_gap_bytes is None else parse_bytes(args.max_gap_bytes, "max_gap_bytes")
-    with open_transport(args.source, args.method, threads=1) as transport:
-        layout = read_layout(transport, args.hdu)
+    threads = None if args.threads == "auto" else _positive_int(args.threads, "threads")
     region = parse_region(args.region)
+    tuning = None
+    with open_transport(args.source, args.method, threads=2) as transport:
+        layout = read_layout(transport, args.hdu)
+        if args.probe:
+            from ingest.probe import probe_link
+            from ingest.tuning import choose
+
+            needed = normalize(region, layout.shape)
+            needed_bytes = layout.itemsize * math.prod(needed.counts)
+            link = probe_link(transport, layout.data_offset, layout.data_bytes)
+            tuning = choose(link, needed_bytes, chunk_bytes=chunk_bytes, threads=threads)
+            cost, chunk_bytes, threads = tuning.cost, tuning.chunk_bytes, tuning.threads
+            max_gap = tuning.max_gap_bytes if max_gap is None else max_gap
+    chunk_bytes = chunk_bytes or DEFAULT_CHUNK_BYTES
+    threads = threads or DEFAULT_THREADS
+    args.threads = threads
     sel, plan = plan_read(layout, region, strategy=args.strategy, chunk_bytes=chunk_bytes, max_gap_bytes=max_gap, cost=cost)
     summary = plan.describe(cost, args.threads)
+    if tuning is not None:
+        summary["tuning"] = tuning.as_dict()
     summary["box"] = [list(b) for b in sel.box]
     summary["threads"] = args.threads
     if args.json:
@@ -61,6 +80,8 @@ def _plan(args) -> int:
         return 0
     print(f"cube {layout.source}: shape {layout.shape} {layout.raw_dtype.str}, data at byte {layout.data_offset}")
     print(f"box (numpy order, half-open): {summary['box']}")
+    if tuning is not None:
+        print(f"tuned by {tuning.reason}")
     print(
         f"strategy {plan.strategy}: {plan.n_requests} requests of up to {format_bytes(summary['request_bytes_max'])} "
         f"(chunk {format_bytes(chunk_bytes)}, gap merged up to {format_bytes(min(plan.max_gap_bytes, 1 << 60))})"
@@ -81,6 +102,16 @@ def _plan(args) -> int:
     return 0
 
 
+def _positive_int(text: str, field: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError(f"{field}: expected a whole number >= 1 or auto, got {text!r}")
+    return value
+
+
 def _common(p) -> None:
     p.add_argument("source", help="local path, presigned http(s) URL, or s3://bucket/key")
     p.add_argument("--hdu", type=int, default=0, help="HDU index (default 0, the primary)")
@@ -98,9 +129,11 @@ def add_parser(sub) -> None:
     _common(p)
     p.add_argument("--region", default="", help='numpy-order region, e.g. "0:100,200:300,:" (default: all)')
     p.add_argument("--strategy", default="auto", choices=STRATEGIES)
-    p.add_argument("--chunk-bytes", default=str(DEFAULT_CHUNK_BYTES), help="largest request, e.g. 16MiB")
+    p.add_argument("--chunk-bytes", default="auto", help="largest request, e.g. 16MiB (auto: tuned by --probe, else 16 MiB)")
     p.add_argument("--max-gap-bytes", default=None, help="coalescing gap (default: latency x bandwidth)")
-    p.add_argument("--threads", type=int, default=DEFAULT_THREADS)
+    p.add_argument("--threads", default="auto", help="concurrent requests (auto: tuned by --probe, else 4)")
+    p.add_argument("--probe", action="store_true",
+                   help="measure the link's latency and bandwidth first and plan with the tuned settings")
     p.add_argument("--latency-s", type=float, default=CostModel.latency_s, help="model: seconds per request")
     p.add_argument(
         "--bandwidth-bytes-per-s", type=float, default=CostModel.bandwidth_bytes_per_s, help="model: link bytes/s"

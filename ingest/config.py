@@ -24,7 +24,7 @@ from ingest.decompose import parse_grid
 from ingest.errors import ConfigError, RegionError
 from ingest.presign import MAX_EXPIRES_S, parse_s3_uri, redact_url
 from ingest.region import parse_region
-from ingest.units import MiB, format_bytes, parse_bytes
+from ingest.units import format_bytes, parse_bytes
 
 SECTIONS = ("run",)  # TOML tables ingest reads; add one when another command reads the file
 _SECRET_WORDS = ("secret", "password", "passwd", "token", "access_key", "credential", "private_key")
@@ -50,10 +50,15 @@ class RunConfig:
                        help="how to read the source; auto: s3:// -> s3, http(s):// -> presigned, else posix")
     endpoint_url: str | None = _opt(None, unit="URL", kind="path",
                                     help="S3 endpoint, e.g. https://projects.pawsey.org.au", shown_default="boto3's chain")
-    threads: int = _opt(4, unit="threads", kind="int", low=1, high=1024,
-                        help="concurrent range requests per rank")
-    chunk_bytes: int = _opt(16 * MiB, unit="bytes", kind="bytes", low=1, high=_MAX_REQUEST_BYTES,
-                            help="largest single range request; accepts 16MiB, 1GiB, 500kB")
+    threads: int | None = _opt(None, unit="threads", kind="int", low=1, high=1024,
+                               help="concurrent range requests per rank",
+                               shown_default="auto: tuned by the probe, else 4")
+    chunk_bytes: int | None = _opt(None, unit="bytes", kind="bytes", low=1, high=_MAX_REQUEST_BYTES,
+                                   help="largest single range request; accepts 16MiB, 1GiB, 500kB",
+                                   shown_default="auto: tuned by the probe, else 16 MiB")
+    probe: bool = _opt(True, kind="bool",
+                       help="with strategy auto, measure latency and bandwidth first and tune gap, "
+                            "request size and threads (rank 0 probes once and broadcasts)")
     strategy: str = _opt("auto", kind="choice", choices=("auto", "large", "intermediate", "small"),
                          help="request strategy (seed 001 s7.4); auto merges gaps up to max_gap_bytes")
     max_gap_bytes: int | None = _opt(None, unit="bytes", kind="bytes", low=0,
@@ -192,6 +197,8 @@ def check_field(name: str, value):
     if f is None:
         raise ConfigError(f"{name}: not a run setting{_did_you_mean(name)}")
     meta = f.metadata
+    if isinstance(value, str) and value.strip().lower() == "auto" and f.default is None and meta["kind"] != "path":
+        value = None  # "auto" spells the derived default of an optional number explicitly
     if value is None:
         if f.default is None:
             return None

@@ -43,16 +43,15 @@ import math
 from dataclasses import dataclass
 
 from ingest.errors import ConfigError, RegionError
-from ingest.units import MiB, format_bytes
+from ingest.planner import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, CostModel  # noqa: F401 - re-exported defaults
+from ingest.units import format_bytes
 
 Box = tuple[tuple[int, int], ...]
 
 # Same defaults as RunConfig and planner.CostModel (a test keeps them in sync); the driver
 # passes the configured values.
-DEFAULT_LATENCY_S = 0.002
-DEFAULT_BANDWIDTH_BYTES_PER_S = 75e6
-DEFAULT_CHUNK_BYTES = 16 * MiB
-DEFAULT_THREADS = 4
+DEFAULT_LATENCY_S = CostModel.latency_s
+DEFAULT_BANDWIDTH_BYTES_PER_S = CostModel.bandwidth_bytes_per_s
 
 _GRID_HELP = "expected 'auto' or parts per axis in FITS order (x first), e.g. '5x5x1'"
 

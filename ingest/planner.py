@@ -28,24 +28,42 @@ from ingest.geometry import Layout
 from ingest.region import Selection
 
 STRATEGIES = ("auto", "large", "intermediate", "small")
+# Used when nothing (config, caller, probe) says otherwise. 4-16 MiB requests were the loopback
+# sweet spot (INFRA.md); 4 threads is where seed 001's presigned runs settled per process.
+DEFAULT_CHUNK_BYTES = 16 << 20
+DEFAULT_THREADS = 4
 UNLIMITED_GAP = 1 << 62
 
 
 @dataclass(frozen=True)
 class CostModel:
-    """Per-request latency and aggregate bandwidth used to choose the gap and predict time."""
+    """Per-request latency and bandwidth, used to choose the gap and to predict time.
+
+    bandwidth_bytes_per_s is the link's aggregate; stream_bandwidth_bytes_per_s, when known
+    (from a probe), is what one connection gets, so T threads get min(T x stream, link).
+    """
 
     latency_s: float = 0.002  # seed 001 measured ~1.95 ms per small request on Acacia
     bandwidth_bytes_per_s: float = 75e6  # ~600 Mbit/s, the Nimbus <-> Acacia link
+    stream_bandwidth_bytes_per_s: float | None = None  # None: one stream can fill the link
+
+    @property
+    def stream_bytes_per_s(self) -> float:
+        return self.stream_bandwidth_bytes_per_s or self.bandwidth_bytes_per_s
+
+    def bandwidth(self, threads: int) -> float:
+        """Aggregate bytes/s of `threads` concurrent streams."""
+        return min(max(1, threads) * self.stream_bytes_per_s, self.bandwidth_bytes_per_s)
 
     @property
     def gap_bytes(self) -> int:
-        """Break-even gap: reading this many unwanted bytes costs as much as one more request."""
-        return int(self.latency_s * self.bandwidth_bytes_per_s)
+        """Break-even gap: reading this many unwanted bytes on a stream costs as much as one
+        more request on it."""
+        return int(self.latency_s * self.stream_bytes_per_s)
 
     def predict_s(self, n_requests: int, wire_bytes: int, threads: int) -> float:
-        """Latency overlaps across threads; bytes share one link."""
-        return n_requests * self.latency_s / max(1, threads) + wire_bytes / self.bandwidth_bytes_per_s
+        """Each thread pays latency on its share of the requests; bytes share the bandwidth."""
+        return n_requests * self.latency_s / max(1, threads) + wire_bytes / self.bandwidth(threads)
 
 
 @dataclass(frozen=True)

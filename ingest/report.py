@@ -115,9 +115,11 @@ def staging_baseline(stage_s: float, read_aggregate: dict, source: str) -> dict:
 
 
 def build_report(*, config, cube: dict, grid: dict, ranks: list, mode: str = "direct",
-                 baseline: dict | None = None, extra: dict | None = None) -> dict:
+                 baseline: dict | None = None, settings: dict | None = None, extra: dict | None = None) -> dict:
     """The whole report (schema ingest.report/1). `config` is RunConfig.to_report_dict() (a
-    RunConfig is accepted too); `speedup` = baseline total_s / this run's makespan_s."""
+    RunConfig is accepted too); `settings` the values the reads used (threads, chunk_bytes,
+    max_gap_bytes, the probe and the tuner's reasons, predicted_makespan_s), to which the
+    measured makespan is added; `speedup` = baseline total_s / this run's makespan_s."""
     import ingest  # late: ingest/__init__ imports the engine, which must not need the report
 
     if mode not in MODES:
@@ -146,6 +148,8 @@ def build_report(*, config, cube: dict, grid: dict, ranks: list, mode: str = "di
         if mode == "direct":
             total_s = baseline.get("total_s")
             report["speedup"] = total_s / agg["makespan_s"] if total_s and agg["makespan_s"] > 0 else None
+    if settings is not None:
+        report["settings"] = {**settings, "measured_makespan_s": agg["makespan_s"]}
     if extra:
         report["extra"] = dict(extra)
     return _clean(report)
@@ -297,10 +301,22 @@ def render_summary(report: dict) -> str:
         f"elapsed per rank: min {elapsed['min']:.3f} s, mean {elapsed['mean']:.3f} s, max {elapsed['max']:.3f} s; "
         f"slowest rank {agg['slowest_rank']['rank']}, fastest rank {agg['fastest_rank']['rank']}",
     ]
+    settings = report.get("settings")
+    if settings:
+        lines.append(_settings_line(settings))
     base = report.get("baseline")
     if base:
         lines += ["", *_baseline_block(base, agg, mode, report.get("speedup"))]
     return "\n".join(lines) + "\n"
+
+
+def _settings_line(settings: dict) -> str:
+    """What the reads used, and whether the model's prediction held."""
+    text = (f"settings: {settings.get('threads')} threads, requests up to {format_bytes(settings.get('chunk_bytes') or 0)}, "
+            f"gap {format_bytes(settings.get('max_gap_bytes') or 0)}; predicted makespan "
+            f"{_num(settings.get('predicted_makespan_s'), '.3f')} s, measured {_num(settings.get('measured_makespan_s'), '.3f')} s")
+    tuning = settings.get("tuning")
+    return text + (f"\n  tuned by {tuning['reason']}" if tuning and tuning.get("reason") else "")
 
 
 def _grid_text(grid_fits) -> str:

@@ -135,12 +135,23 @@ def _check_run_args(run_args: list[str]) -> None:
 
 def _check_db_writable(path: str) -> None:
     """Open (creating if needed) the database and its table, or ConfigError naming --db."""
+    directory = os.path.dirname(os.path.abspath(path))
+    # The rollback journal is a file beside the database: its directory must be writable too.
+    for where in (directory, path):
+        if os.path.exists(where) and not os.access(where, os.W_OK):
+            raise ConfigError(f"--db {path}: {where} is not writable")
     try:
-        with _connect(path) as conn:
+        conn = _connect(path)
+        try:
             conn.executescript(SCHEMA_SQL)
-        conn.close()
+            have = {row[1] for row in conn.execute("PRAGMA table_info(soak_runs)")}
+        finally:
+            conn.close()
     except (sqlite3.Error, OSError) as exc:
         raise ConfigError(f"--db {path}: cannot create or write the database ({exc})") from None
+    missing = [c for c in _COLUMNS if c not in have]
+    if missing:
+        raise ConfigError(f"--db {path}: its soak_runs table lacks {', '.join(missing)}; not a soak database")
 
 
 def config_from_args(args) -> SoakConfig:
@@ -320,6 +331,8 @@ def run_once(cfg: SoakConfig, soak_id: str, run_no: int, work_dir: str, stop: _S
     if row["outcome"] != "ok":
         if outcome == "timeout":
             note = f"soak: killed after --run-timeout-s {cfg.run_timeout_s:g} s\n"
+        elif outcome == "interrupted":
+            note = "soak: stopped by SIGINT/SIGTERM\n"
         row["stderr_head"] = redact_text(note) + _stderr_excerpt(stderr_path)
     if cfg.reports_dir and os.path.exists(report_path):
         row["report_path"] = report_path
@@ -332,7 +345,7 @@ def _run_line(row: dict) -> str:
     text = f"run {row['run']}: {row['outcome']} in {row['runtime_s']:.2f} s"
     if row["outcome"] == "ok":
         text += (f" (makespan {row['makespan_s']:.3f} s, {format_bytes(row['bytes_wire'] or 0)} on the wire, "
-                 f"{row['requests']} requests, {row['retries']} retries)")
+                 f"requests {row['requests']}, retries {row['retries']})")
     elif row.get("stderr_head"):
         text += f": {row['stderr_head'].splitlines()[0] if row['stderr_head'].strip() else ''}"
     return text
@@ -364,7 +377,10 @@ def soak(cfg: SoakConfig, out=None, group: str = "label", slow_s: float | None =
                     break
                 run_no += 1
                 row = run_once(cfg, soak_id, run_no, work_dir, stop)
-                insert_row(conn, row)
+                try:
+                    insert_row(conn, row)
+                except sqlite3.Error as exc:  # disk full, file replaced: the rows so far are kept
+                    raise IngestError(f"--db {cfg.db_path}: cannot record run {run_no} ({exc})") from None
                 outcomes.append(row["outcome"])
                 print(_run_line(row), file=out, flush=True)
     finally:
@@ -375,8 +391,8 @@ def soak(cfg: SoakConfig, out=None, group: str = "label", slow_s: float | None =
     print(file=out)
     print(render_summary(summarize(cfg.db_path, group=group, slow_s=slow_s)), file=out, flush=True)
     failed = sum(o in ("failed", "timeout") for o in outcomes)
-    print(f"\nthis soak: {soak_id}, {len(outcomes)} run(s), {failed} failed, "
-          f"{time.monotonic() - t_start:.1f} s", file=out, flush=True)
+    print(f"\nthis soak: {soak_id}, {len(outcomes)} run(s), {failed} failed, {time.monotonic() - t_start:.1f} s"
+          + (", interrupted" if stop.requested else ""), file=out, flush=True)
     if stop.requested:
         return 130
     return 1 if failed else 0
@@ -439,10 +455,11 @@ def render_summary(summary: dict) -> str:
         sec = (lambda v: "-" if v is None else f"{v:.2f}")
         lines.append([g["label"], g["soak_id"] if by_soak else str(g["soaks"]), str(g["runs"]), str(g["failed"]),
                       _pct(g["failed_pct"]), str(g["timeouts"]), sec(g["runtime_min_s"]), sec(g["runtime_avg_s"]),
-                      sec(g["runtime_max_s"]), format_bytes(g["bytes_wire"] or 0), str(g["retries"] or 0)])
+                      sec(g["runtime_max_s"]), "-" if g["bytes_wire"] is None else format_bytes(g["bytes_wire"]),
+                      "-" if g["retries"] is None else str(g["retries"])])
     widths = [max(len(r[i]) for r in [head, *lines]) for i in range(len(head))]
     fmt = lambda cells: "| " + " | ".join(  # noqa: E731 - text left, numbers right
-        c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))) + " |"
+        c.ljust(w) if i == 0 or (by_soak and i == 1) else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))) + " |"
     text = [fmt(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(fmt, lines)]
     failed_is = "exit status != 0 or timeout" + (
         f" or runtime > {summary['slow_s']:g} s" if summary["slow_s"] is not None else "")
@@ -471,7 +488,7 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "soak", help="repeat a run N times or for a duration, log each in SQLite (seed 000's stability test)",
         description="Repeat `ingest run RUN-ARGS` as a subprocess and record each run in an SQLite "
-        "database; then print failure %% and runtime min/avg/max. With --summary, only print.",
+        "database; then print failure % and runtime min/avg/max. With --summary, only print.",
         usage="%(prog)s (--runs N | --duration-s S) [options] -- RUN-ARGS...\n"
               "       %(prog)s --summary [--db F] [--label L] [--group {label,soak}] [--slow-s S]")
     p.add_argument("--runs", default=None, metavar="N", help="number of runs (>= 1)")

@@ -39,7 +39,10 @@ def parse_cli(argv: list[str]) -> argparse.Namespace:
 
 def test_defaults(tmp_path):
     cfg = load_config(SRC, None)
-    assert (cfg.threads, cfg.chunk_bytes, cfg.strategy, cfg.grid) == (4, 16 * 2**20, "auto", "auto")
+    # threads and chunk_bytes default to auto (None): tuned by the probe, else 4 and 16 MiB
+    assert (cfg.threads, cfg.chunk_bytes, cfg.strategy, cfg.grid, cfg.probe) == (None, None, "auto", "auto", True)
+    explicit = load_config({**SRC, "threads": "auto", "chunk_bytes": "AUTO"}, None)
+    assert (explicit.threads, explicit.chunk_bytes) == (None, None)
     assert cfg.max_gap_bytes is None and cfg.progress is True and cfg.verify_tls is True
     assert cfg.resolved_method == "s3"
 
@@ -248,7 +251,7 @@ def test_report_and_repr_redact_presigned_query():
     report = cfg.to_report_dict()
     assert report["source"] == "https://acacia.example/bucket/cube.fits?<redacted>"
     assert report["endpoint_url"] == "https://s3.example"
-    assert report["resolved_method"] == "presigned" and report["chunk_bytes"] == 16 * 2**20
+    assert report["resolved_method"] == "presigned" and report["chunk_bytes"] is None
     assert set(report) >= {f.name for f in dataclasses.fields(RunConfig)}
     for text in (str(report), repr(cfg)):
         assert "deadbeef" not in text and "AKIAXXX" not in text and "pw@" not in text
@@ -261,12 +264,16 @@ def test_s3_source_kept_verbatim_in_report():
 
 
 def test_cost_model_defaults_agree_everywhere():
+    from ingest import planner
     from ingest.planner import CostModel
 
     defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
     assert defaults["latency_s"] == CostModel().latency_s == decompose.DEFAULT_LATENCY_S
     assert defaults["bandwidth_bytes_per_s"] == CostModel().bandwidth_bytes_per_s == decompose.DEFAULT_BANDWIDTH_BYTES_PER_S
-    assert defaults["chunk_bytes"] == decompose.DEFAULT_CHUNK_BYTES and defaults["threads"] == decompose.DEFAULT_THREADS
+    # chunk_bytes and threads are auto (None) in the config; the one fallback lives in the planner
+    assert defaults["chunk_bytes"] is None and defaults["threads"] is None
+    assert decompose.DEFAULT_CHUNK_BYTES == planner.DEFAULT_CHUNK_BYTES == 16 * 2**20
+    assert decompose.DEFAULT_THREADS == planner.DEFAULT_THREADS == 4
 
 
 def test_check_field_unknown_name():

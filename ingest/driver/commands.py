@@ -11,8 +11,9 @@ import numpy as np
 
 from ingest.api import apply_scaling, to_native
 from ingest.config import RunConfig, add_run_arguments, config_from_args
-from ingest.driver.job import Job, prepare_job, read_rank_box
-from ingest.driver.mpi import all_agree_or_raise, root_step, run_or_abort, world
+from ingest.driver.job import Job, prepare_job
+from ingest.driver.read import read_rank_box
+from ingest.driver.mpi import all_agree_or_raise, ranks_per_node, root_step, run_or_abort, world
 from ingest.errors import ConfigError
 
 
@@ -39,6 +40,20 @@ def _cube_facts(job: Job) -> dict:
     }
 
 
+def _settings_facts(job: Job) -> dict:
+    s = job.settings
+    return {
+        "threads": s.threads,
+        "chunk_bytes": s.chunk_bytes,
+        "max_gap_bytes": s.max_gap_bytes if s.max_gap_bytes is not None else s.cost.gap_bytes,
+        "latency_s": s.cost.latency_s,
+        "bandwidth_bytes_per_s": s.cost.bandwidth_bytes_per_s,
+        "stream_bandwidth_bytes_per_s": s.cost.stream_bytes_per_s,
+        "predicted_makespan_s": job.estimate_s,
+        "tuning": s.tuning,
+    }
+
+
 def _grid_facts(cfg: RunConfig, job: Job) -> dict:
     return {"grid_fits": list(job.grid_fits), "reason": job.grid_reason, "halo": cfg.halo}
 
@@ -52,7 +67,7 @@ def run(comm, cfg: RunConfig) -> RankResult:
     from ingest import report as reports
 
     rank = comm.Get_rank()
-    job = root_step(comm, prepare_job, cfg, comm.Get_size())
+    job = root_step(comm, prepare_job, cfg, comm.Get_size(), ranks_per_node(comm))
     if rank == 0:
         print(f"ingest: {job.layout.source}: shape {job.layout.shape} {job.layout.raw_dtype.str}, "
               f"{comm.Get_size()} rank(s); {job.grid_reason}", flush=True)
@@ -82,7 +97,8 @@ def run(comm, cfg: RunConfig) -> RankResult:
     report = None
     if rank == 0:
         report = reports.build_report(config=cfg.to_report_dict(), cube=_cube_facts(job), grid=_grid_facts(cfg, job),
-                                      ranks=records, mode="direct", baseline=baseline)
+                                      ranks=records, mode="direct", baseline=baseline,
+                                      settings=_settings_facts(job))
         _publish(cfg, report)
     return RankResult(job.boxes[rank], data, record, report)
 
@@ -106,12 +122,13 @@ def stage(comm, cfg: RunConfig) -> dict | None:
 
     if not cfg.stage_dir:
         raise ConfigError("stage_dir: required for `stage` (a directory on the shared filesystem)")
-    job = root_step(comm, prepare_job, cfg, comm.Get_size())
+    job = root_step(comm, prepare_job, cfg, comm.Get_size(), ranks_per_node(comm))
     result = measure_staging(comm, cfg, job)
     if comm.Get_rank() != 0:
         return None
     report = reports.build_report(config=cfg.to_report_dict(), cube=_cube_facts(job), grid=_grid_facts(cfg, job),
-                                  ranks=result["records"], mode="staging", baseline=result["baseline"])
+                                  ranks=result["records"], mode="staging", baseline=result["baseline"],
+                                  settings=_settings_facts(job))
     _publish(cfg, report)
     return report
 

@@ -53,6 +53,14 @@ def check_world_size(size: int, environ) -> None:
         )
 
 
+def ranks_per_node(comm) -> int:
+    """Most ranks on any one node (collective): how many share a node's link to the store."""
+    from mpi4py import MPI
+
+    names = comm.allgather(MPI.Get_processor_name())
+    return max(names.count(name) for name in set(names))
+
+
 def root_step(comm, fn, *args, **kwargs):
     """Run fn on rank 0 only and broadcast its result; an IngestError there is raised on every
     rank (the others get RootStepFailed), so all ranks leave together instead of hanging."""

@@ -12,7 +12,8 @@ import os
 
 from ingest import stage as staging
 from ingest.config import RunConfig
-from ingest.driver.job import Job, read_rank_box, transport_options
+from ingest.driver.job import Job, transport_options
+from ingest.driver.read import read_rank_box
 from ingest.driver.mpi import all_agree_or_raise, root_step
 from ingest.transports import open_transport
 
@@ -37,9 +38,11 @@ def measure_staging(comm, cfg: RunConfig, job: Job) -> dict:
     comm.Barrier()
     t0 = MPI.Wtime()
     try:
-        with open_transport(job.read_source, job.method, threads=cfg.threads, **transport_options(cfg)) as source:
+        with open_transport(job.read_source, job.method, threads=job.settings.threads,
+                            **transport_options(cfg)) as source:
             source.adopt(job.info)
-            staging.download_part(source, tmp_path, rank, size, chunk_bytes=cfg.chunk_bytes, threads=cfg.threads)
+            staging.download_part(source, tmp_path, rank, size, chunk_bytes=job.settings.chunk_bytes,
+                                   threads=job.settings.threads)
     except Exception as exc:  # noqa: BLE001 - every rank learns of it below
         error = exc
     try:

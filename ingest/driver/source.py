@@ -1,0 +1,58 @@
+"""Where the bytes come from: presign an s3:// source for the presigned method, and make sure a
+URL outlives the run (re-sign when this process has credentials, refuse when already expired,
+warn otherwise). Runs on rank 0 only.
+"""
+from __future__ import annotations
+
+import sys
+from datetime import datetime, timezone
+
+from ingest.config import RunConfig
+from ingest.errors import ConfigError, ExpiredURLError
+
+
+def resolve_source(cfg: RunConfig) -> tuple[str, str, tuple | None]:
+    """(method, source to read, signer args). An s3:// source read as 'presigned' is signed here;
+    a user's presigned URL can be re-signed later only if it is path-style S3 and this process
+    has credentials."""
+    from ingest.presign import parse_s3_uri, url_object, url_signer
+
+    method = cfg.resolved_method
+    if method != "presigned":
+        return method, cfg.source, None
+    if cfg.source.startswith("s3://"):
+        bucket, key = parse_s3_uri(cfg.source)
+        args = (bucket, key, cfg.presign_expires_s, cfg.endpoint_url)
+        from ingest.presign import presign_url
+        from ingest.s3client import shared_s3_client
+
+        client = shared_s3_client(**({"endpoint_url": cfg.endpoint_url} if cfg.endpoint_url else {}))
+        return method, presign_url(bucket, key, expires_s=cfg.presign_expires_s, client=client), args
+    target = url_object(cfg.source)
+    if target is not None and url_signer(target[1], target[2], cfg.presign_expires_s, target[0]) is not None:
+        return method, cfg.source, (target[1], target[2], cfg.presign_expires_s, target[0])
+    return method, cfg.source, None
+
+
+def ensure_lifetime(url: str, signer_args: tuple | None, needed_s: float, cfg: RunConfig) -> str:
+    """Rank 0, before any rank reads: a URL that will not outlive the run is re-signed when we
+    can, refused when already expired, and warned about otherwise (the estimate may be pessimistic)."""
+    from ingest.presign import redact_url, url_expiry, url_signer
+
+    expiry = url_expiry(url)
+    if expiry is None:
+        return url
+    left_s = (expiry - datetime.now(timezone.utc)).total_seconds()
+    if left_s >= needed_s:
+        return url
+    if signer_args is not None:
+        if cfg.presign_expires_s < needed_s:
+            raise ConfigError(f"presign_expires_s: {cfg.presign_expires_s} s is shorter than the run's "
+                              f"estimated {needed_s:.0f} s (with margin); raise it (at most 604800)")
+        return url_signer(*signer_args)()
+    if left_s <= 0:
+        raise ExpiredURLError(f"{redact_url(url)}: the presigned URL expired at {expiry:%Y-%m-%d %H:%M:%S} UTC, "
+                              f"{-left_s:.0f} s ago; get a new URL (no credentials here to sign one)")
+    print(f"ingest: warning: the presigned URL expires in {left_s:.0f} s but the run may take "
+          f"{needed_s:.0f} s (estimate x 2 + 60 s); reads after expiry will fail", file=sys.stderr, flush=True)
+    return url

@@ -1,0 +1,110 @@
+"""Probe a source before reading it: latency L, per-stream bandwidth B, and whether streams add up.
+
+A handful of requests, all inside the cube's data: time to first byte of small ranges gives
+L (the per-request cost the study measured at ~2 ms on Acacia); one chunk-sized read gives B
+for one stream; the same read on two concurrent streams tells whether the link or the stream
+is the limit (a per-connection cap, like Toxiproxy's or a TCP window over a long path, lets
+more streams help; a saturated link does not).
+"""
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+from ingest.transports.base import Transport
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class LinkProbe:
+    """What a probe measured."""
+
+    latency_s: float  # median time to first byte of a small range
+    stream_bandwidth_bytes_per_s: float  # one stream, chunk-sized read, latency excluded
+    parallel_bandwidth_bytes_per_s: float  # aggregate of `streams` concurrent streams
+    streams: int  # concurrent streams in the parallel measurement
+    probe_bytes: int  # bytes the probe transferred
+    probe_s: float  # wall time the probe took
+
+    @property
+    def scaling(self) -> float:
+        """Aggregate bandwidth of `streams` streams over one stream's (1 = link-limited)."""
+        return self.parallel_bandwidth_bytes_per_s / self.stream_bandwidth_bytes_per_s
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "scaling": round(self.scaling, 3)}
+
+
+def _timed_read(transport: Transport, offset: int, nbytes: int) -> tuple[float, float]:
+    """(seconds to first byte, total seconds) of one ranged read."""
+    buf = bytearray(nbytes)
+    t0 = time.perf_counter()
+    ttfb_s = transport.read_into(memoryview(buf), offset)
+    return ttfb_s, time.perf_counter() - t0
+
+
+def _concurrently(fn, n: int) -> list:
+    """Run fn(k) for k < n on n threads; return results in order; re-raise the first error."""
+    results: list = [None] * n
+    errors: list[BaseException] = []
+
+    def one(k: int) -> None:
+        try:
+            results[k] = fn(k)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=one, args=(k,)) for k in range(n)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def probe_link(
+    transport: Transport,
+    data_offset: int,
+    data_bytes: int,
+    *,
+    small_bytes: int = 4096,
+    n_small: int = 6,
+    large_bytes: int = 8 * MiB,
+    streams: int = 2,
+) -> LinkProbe:
+    """Measure L and B with a few reads spread over [data_offset, data_offset + data_bytes).
+
+    The small reads run on `streams` threads first, so every connection the bandwidth reads
+    use is already open: a cold connect is a one-off, not part of the link's latency.
+    """
+    t_start = time.perf_counter()
+    large_bytes = max(small_bytes, min(large_bytes, data_bytes // (streams + 1)))
+    small_bytes = min(small_bytes, data_bytes)
+    span = max(1, data_bytes - small_bytes)
+    per_stream = max(1, n_small // streams)
+    # Small reads spread through the cube so one cached block does not answer them all.
+    ttfbs = sum(_concurrently(lambda k: [
+        _timed_read(transport, data_offset + ((k * per_stream + j) * span) // (per_stream * streams), small_bytes)[0]
+        for j in range(per_stream)], streams), [])
+    # Skip each connection's first reply: it may still carry the TCP/TLS handshake.
+    warm = ttfbs[1::per_stream] if per_stream > 1 else ttfbs
+    latency_s = statistics.median(warm)
+    ttfb_s, total_s = _timed_read(transport, data_offset, large_bytes)
+    stream_bw = large_bytes / max(total_s - ttfb_s, 1e-6)
+    # The same size on `streams` connections at once, at different offsets; each stream's
+    # transfer time excludes its own wait for the first byte.
+    timings = _concurrently(lambda k: _timed_read(transport, data_offset + (k + 1) * large_bytes, large_bytes), streams)
+    parallel_bw = streams * large_bytes / max(max(total - ttfb for ttfb, total in timings), 1e-6)
+    return LinkProbe(
+        latency_s=latency_s,
+        stream_bandwidth_bytes_per_s=stream_bw,
+        parallel_bandwidth_bytes_per_s=parallel_bw,
+        streams=streams,
+        probe_bytes=per_stream * streams * small_bytes + (1 + streams) * large_bytes,
+        probe_s=time.perf_counter() - t_start,
+    )
