@@ -19,6 +19,7 @@ COMMANDS = {
     "info": "ingest.commands",
     "plan": "ingest.commands",
     "report": "ingest.report",
+    "soak": "ingest.soak",
     "synth": "ingest.synth",
     "upload": "ingest.upload",
     "presign": "ingest.presign",

@@ -8,6 +8,7 @@ from ingest.api import plan_read
 from ingest.layout import read_layout
 from ingest.planner import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, STRATEGIES, CostModel
 from ingest.errors import ConfigError
+from ingest.probe import PROBE_MIN_DATA_BYTES
 from ingest.region import normalize, parse_region
 from ingest.transports import open_transport
 from ingest.units import format_bytes, parse_bytes
@@ -56,7 +57,7 @@ def _plan(args) -> int:
     tuning = None
     with open_transport(args.source, args.method, threads=2) as transport:
         layout = read_layout(transport, args.hdu)
-        if args.probe:
+        if args.probe and layout.data_bytes >= PROBE_MIN_DATA_BYTES:
             from ingest.probe import probe_link
             from ingest.tuning import choose
 

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 from ingest.transports.base import Transport
 
 MiB = 1 << 20
+MIN_PROBE_READ_BYTES = 64 << 10  # below this a "bandwidth" read measures latency again
+PROBE_MIN_DATA_BYTES = 1 * MiB  # smaller cubes are read faster than they could be probed
 
 
 @dataclass(frozen=True)
@@ -82,9 +84,13 @@ def probe_link(
     The small reads run on `streams` threads first, so every connection the bandwidth reads
     use is already open: a cold connect is a one-off, not part of the link's latency.
     """
+    if data_bytes < (streams + 1) * MIN_PROBE_READ_BYTES:
+        raise ValueError(f"probe_link: {data_bytes} data bytes is too little to measure a link "
+                         f"(need {(streams + 1) * MIN_PROBE_READ_BYTES})")
     t_start = time.perf_counter()
-    large_bytes = max(small_bytes, min(large_bytes, data_bytes // (streams + 1)))
-    small_bytes = min(small_bytes, data_bytes)
+    # Every read stays inside the data: streams + 1 large reads laid end to end.
+    large_bytes = max(MIN_PROBE_READ_BYTES, min(large_bytes, data_bytes // (streams + 1)))
+    small_bytes = min(small_bytes, large_bytes)
     span = max(1, data_bytes - small_bytes)
     per_stream = max(1, n_small // streams)
     # Small reads spread through the cube so one cached block does not answer them all.

@@ -162,3 +162,16 @@ def test_singleton_worlds_are_refused(cube, s3_server):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
     assert "launcher started 4 task(s)" in proc.stderr
+
+
+def test_tiny_cube_runs_without_probing(s3_server, tmp_path):
+    """A cube too small to probe (found by the soak tests: the probe once read past its end)."""
+    path = tmp_path / "tiny.fits"
+    write_cube(path, (8, 16, 16), 16)
+    bucket = s3_server.make_bucket("tiny-cubes")
+    s3_server.client().upload_file(str(path), bucket, "tiny.fits")
+    report_path = tmp_path / "r.json"
+    proc, _ = mpiexec(2, ["--source", f"s3://{bucket}/tiny.fits", "--report", str(report_path), "--no-progress"],
+                      child_env(s3_server))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(report_path.read_text())["settings"]["tuning"] is None

@@ -17,6 +17,7 @@ from ingest.errors import ConfigError
 from ingest.geometry import Layout
 from ingest.layout import read_layout
 from ingest.planner import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, CostModel
+from ingest.probe import PROBE_MIN_DATA_BYTES
 from ingest.region import box_to_region, normalize, parse_region
 from ingest.retry import RetryPolicy
 from ingest.transports import ObjectInfo, Transport, open_transport
@@ -131,7 +132,7 @@ def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1) -> Job:
     with open_transport(read_source, method, threads=2, **transport_options(cfg)) as transport:
         layout = read_layout(transport, cfg.hdu)
         info = transport.info
-        if cfg.strategy == "auto" and cfg.probe:
+        if cfg.strategy == "auto" and cfg.probe and layout.data_bytes >= PROBE_MIN_DATA_BYTES:
             # The grid depends on the link too, so tune for the largest box a first grid gives.
             _, _, boxes = _decompose(cfg, settings, layout, n_ranks)
             needed = max(_box_bytes(box, layout.itemsize) for box in boxes)
