@@ -24,6 +24,7 @@ import sys
 import numpy as np
 from astropy.io import fits
 
+from ingest.atomic import atomic_write
 from ingest.errors import FitsFormatError, IngestError, RegionError
 from ingest.geometry import BLOCK_BYTES, Layout
 from ingest.presign import redact_url
@@ -128,20 +129,6 @@ def _tmp_path(final_path: str) -> str:
     return os.path.join(directory, f".{name}{_TMP_MARK}{os.getpid()}")
 
 
-def _fsync_dir(directory: str) -> None:
-    """Make the rename itself durable; not every filesystem lets a directory be fsynced."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def write_subcube(out_dir, rank: int, box, raw: np.ndarray, layout: Layout) -> str:
     """Write `raw` (RAW stored values, layout.raw_dtype, shape = box extents) as a FITS file named
     by `output_name` in `out_dir`, atomically (temp name, fsync, rename); returns the final path."""
@@ -161,26 +148,14 @@ def write_subcube(out_dir, rank: int, box, raw: np.ndarray, layout: Layout) -> s
     final_path = os.path.join(out_dir, output_name(rank, pairs))
     tmp = _tmp_path(final_path)
     head = header.tostring().encode("ascii")  # whole blocks, END included
-    try:
-        # O_TRUNC rather than O_EXCL: the name holds our pid, so a file there is a dead
-        # process's leftover (pid reuse) and safe to overwrite.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(head)
-            flat = data.reshape(-1).view(np.uint8)  # a view: a 30 GiB subcube is not copied
-            for start in range(0, flat.size, _WRITE_BYTES):
-                fh.write(flat[start : start + _WRITE_BYTES])
-            fh.write(b"\0" * (-data.nbytes % BLOCK_BYTES))  # data padding is zeros (FITS 3.3.2)
-            fh.flush()
-            os.fsync(fh.fileno())  # data durable before the name appears
-        os.replace(tmp, final_path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    _fsync_dir(out_dir)
+    # The temp name holds our pid: a file already there is a dead process's leftover (pid
+    # reuse) and safe to overwrite.
+    with atomic_write(final_path, tmp) as fh:
+        fh.write(head)
+        flat = data.reshape(-1).view(np.uint8)  # a view: a 30 GiB subcube is not copied
+        for start in range(0, flat.size, _WRITE_BYTES):
+            fh.write(flat[start : start + _WRITE_BYTES])
+        fh.write(b"\0" * (-data.nbytes % BLOCK_BYTES))  # data padding is zeros (FITS 3.3.2)
     return final_path
 
 

@@ -21,6 +21,7 @@ import re
 from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
+from ingest.atomic import atomic_write
 from ingest.errors import IngestError
 from ingest.presign import redact_url
 from ingest.units import MiB, format_bytes
@@ -169,19 +170,10 @@ def write_report(path, report: dict) -> str:
         raise IngestError(f"report {path}: cannot create directory {directory} ({exc.strerror or exc})") from None
     tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
+        with atomic_write(path, tmp, "w", encoding="utf-8") as fh:
             fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        if isinstance(exc, OSError):
-            raise IngestError(f"report {path}: cannot write it ({exc.strerror or exc})") from None
-        raise
+    except OSError as exc:
+        raise IngestError(f"report {path}: cannot write it ({exc.strerror or exc})") from None
     return path
 
 

@@ -26,6 +26,7 @@ from urllib.parse import unquote, urlsplit
 
 import numpy as np
 
+from ingest.atomic import publish
 from ingest.errors import ConfigError, IngestError
 from ingest.executor import ReadStats, execute
 from ingest.planner import Lattice, Plan
@@ -181,17 +182,7 @@ def download_part(transport: Transport, tmp_path: str, part: int, n_parts: int, 
 
 def finalize(tmp_path: str, final_path: str) -> None:
     """Make the staged file durable, then give it its final name atomically (replacing any old one)."""
-    fd = os.open(tmp_path, os.O_RDWR)
-    try:
-        os.fsync(fd)  # also leaves its pages clean, so drop_from_page_cache can evict them
-    finally:
-        os.close(fd)
-    os.replace(tmp_path, final_path)
-    directory = os.open(os.path.dirname(final_path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(directory)  # the rename itself survives a crash
-    finally:
-        os.close(directory)
+    publish(tmp_path, final_path)  # the fsync also leaves pages clean, so drop_from_page_cache can evict them
 
 
 def abort(tmp_path: str) -> None:

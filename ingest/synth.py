@@ -15,6 +15,7 @@ import sys
 import numpy as np
 from astropy.io import fits
 
+from ingest.atomic import atomic_write
 from ingest.errors import ConfigError
 
 MiB = 1024 * 1024
@@ -212,27 +213,16 @@ def write_cube(path, shape, bitpix: int = -32, *, bscale=None, bzero=None, blank
     directory = os.path.dirname(os.path.abspath(path))
     # Same directory as the target, so os.replace is an atomic rename on one filesystem.
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666 & umask, unlike mkstemp
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(head)
-            for start in range(0, n_voxels, batch_voxels):
-                stop = min(start + batch_voxels, n_voxels)
-                values = voxel_values(np.arange(start, stop, dtype=np.int64), bitpix)
-                if sys.byteorder == "little":
-                    values = values.byteswap(inplace=True).view(big_endian)  # no extra copy
-                f.write(values.data)
-                del values  # else the last batch is still alive while the next one is made
-            f.write(b"\0" * _padding(data_bytes))
-            f.flush()
-            os.fsync(f.fileno())  # the rename must not become visible before the data is durable
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    with atomic_write(path, tmp) as f:
+        f.write(head)
+        for start in range(0, n_voxels, batch_voxels):
+            stop = min(start + batch_voxels, n_voxels)
+            values = voxel_values(np.arange(start, stop, dtype=np.int64), bitpix)
+            if sys.byteorder == "little":
+                values = values.byteswap(inplace=True).view(big_endian)  # no extra copy
+            f.write(values.data)
+            del values  # else the last batch is still alive while the next one is made
+        f.write(b"\0" * _padding(data_bytes))
     file_bytes = len(head) + data_bytes + _padding(data_bytes)
     return {"path": path, "shape": dims, "bitpix": bitpix, "data_offset": len(head),
             "data_bytes": data_bytes, "file_bytes": file_bytes}

@@ -1,0 +1,54 @@
+"""Files that are complete or absent: write to a temporary name beside the target, make the
+bytes durable, then rename. A crash or an error never leaves a truncated file that looks valid."""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+
+def remove_quietly(path: str) -> None:
+    """Unlink `path` if it exists."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def fsync_dir(directory: str) -> None:
+    """Make a rename in `directory` durable; not every filesystem lets a directory be fsynced."""
+    try:
+        fd = os.open(directory or ".", os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def publish(tmp_path: str, final_path: str) -> None:
+    """fsync `tmp_path`, rename it to `final_path` (atomically replacing any old file), fsync the
+    directory. The data is durable before the name appears, and the name survives a crash."""
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp_path, final_path)
+    fsync_dir(os.path.dirname(os.path.abspath(final_path)))
+
+
+@contextmanager
+def atomic_write(final_path: str, tmp_path: str, mode: str = "wb", **open_kw):
+    """Yield a file open for writing on `tmp_path` (same directory as `final_path`, so the
+    rename is atomic); publish it on a clean exit, remove it on any error."""
+    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # 0o666 & umask
+    try:
+        with os.fdopen(fd, mode, **open_kw) as fh:
+            yield fh
+        publish(tmp_path, final_path)
+    except BaseException:
+        remove_quietly(tmp_path)
+        raise
