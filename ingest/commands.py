@@ -15,7 +15,7 @@ from ingest.units import format_bytes, parse_bytes
 
 
 def _info(args) -> int:
-    with open_transport(args.source, args.method, threads=1) as transport:
+    with open_transport(args.source, args.method, threads=1, **_transport_options(args)) as transport:
         layout = read_layout(transport, args.hdu)
     facts = {
         "source": layout.source,
@@ -55,7 +55,7 @@ def _plan(args) -> int:
     threads = None if args.threads == "auto" else _positive_int(args.threads, "threads")
     region = parse_region(args.region)
     tuning = None
-    with open_transport(args.source, args.method, threads=2) as transport:
+    with open_transport(args.source, args.method, threads=2, **_transport_options(args)) as transport:
         layout = read_layout(transport, args.hdu)
         if args.probe and layout.data_bytes >= PROBE_MIN_DATA_BYTES:
             from ingest.probe import probe_link
@@ -118,6 +118,20 @@ def _common(p) -> None:
     p.add_argument("--hdu", type=int, default=0, help="HDU index (default 0, the primary)")
     p.add_argument("--method", default="auto", help="posix | presigned | s3 | auto (from the source)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--endpoint-url", default=None, help="S3 endpoint for an s3:// source (default: boto3's chain)")
+    p.add_argument("--ca-bundle", default=None, help="PEM file of CAs to trust for TLS")
+    p.add_argument("--no-verify-tls", dest="verify_tls", action="store_false",
+                   help="do not verify TLS certificates (test servers only)")
+
+
+def _transport_options(args) -> dict:
+    """The TLS and endpoint options of `info`/`plan`, as the transports take them."""
+    if args.ca_bundle and not args.verify_tls:
+        raise ConfigError("ca_bundle: given with --no-verify-tls; the bundle would be ignored")
+    opts = {"verify_tls": args.verify_tls, "ca_bundle": args.ca_bundle}
+    if args.endpoint_url:
+        opts["endpoint_url"] = args.endpoint_url
+    return opts
 
 
 def add_parser(sub) -> None:

@@ -253,6 +253,21 @@ def _convert(name: str, meta, value):
     return {"grid": value.strip().lower(), "region": value.strip()}.get(kind, value)
 
 
+def _check_url(name: str, url: str) -> None:
+    """An http(s) URL must have a host and a numeric port, or no request could be made; the
+    error never repeats the query string (a presigned URL's credential)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+        ok = bool(parts.hostname)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ConfigError(f"{name}: not a valid URL: {redact_url(url)}")
+
+
 def _check_syntax(name: str, kind: str, value: str) -> None:
     """Shape-independent checks; bounds against the cube happen once the header is read."""
     if kind == "grid" and value.strip().lower() != "auto":
@@ -264,6 +279,8 @@ def _check_syntax(name: str, kind: str, value: str) -> None:
             raise ConfigError(str(exc)) from None
     elif name == "endpoint_url" and _source_form(value) != "http":
         raise ConfigError(f"endpoint_url: expected an http(s):// URL, got {redact_url(value)!r}")
+    elif name in ("source", "endpoint_url") and _source_form(value) == "http":
+        _check_url(name, value)
     elif name == "source" and _source_form(value) == "s3":
         try:
             parse_s3_uri(value)
@@ -294,10 +311,8 @@ def _secret_error(path: str, key: str) -> ConfigError:
 
 def read_config_file(path: str) -> dict:
     """The checked settings of the file's [run] table; errors name the file (and line, for syntax)."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
+    import tomllib
+
     try:
         with open(path, "rb") as fh:
             document = tomllib.load(fh)
@@ -305,6 +320,8 @@ def read_config_file(path: str) -> dict:
         raise ConfigError(f"config file {path}: cannot read it ({exc.strerror or exc})") from None
     except tomllib.TOMLDecodeError as exc:  # the message carries "(at line N, column M)"
         raise ConfigError(f"config file {path}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path}: not a UTF-8 TOML text file") from None
     for key, value in document.items():
         if _looks_secret(key):
             raise _secret_error(path, key)

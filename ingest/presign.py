@@ -95,7 +95,21 @@ def url_expiry(url: str) -> datetime | None:
 
 
 def redact_url(url: str) -> str:
-    """The URL with any user:password and the whole query (signature, credential) removed."""
+    """The URL with any user:password and the whole query (signature, credential) removed.
+    Never raises: a URL too malformed to parse is shown by its scheme alone."""
+    try:
+        return _redact(url)
+    except ValueError:
+        scheme = url.split(":", 1)[0] if ":" in url else "url"
+        return f"{scheme}://<unparseable URL, redacted>"
+
+
+def scrub(text: str) -> str:
+    """Remove query strings from free text (an error message that may quote a URL)."""
+    return re.sub(r"\?[^\s'\")]*", "?<redacted>", text)
+
+
+def _redact(url: str) -> str:
     parts = urlsplit(url)
     host = parts.hostname or ""
     if ":" in host:  # IPv6 literal: urlsplit strips the brackets
@@ -113,7 +127,10 @@ def redact_url(url: str) -> str:
 
 def url_object(url: str) -> tuple[str, str, str] | None:
     """(endpoint_url, bucket, key) of a path-style S3 URL, or None when it is not one."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
     bucket, _, key = parts.path.lstrip("/").partition("/")
     if not (parts.scheme and parts.netloc and _BUCKET.match(bucket or "") and key):
         return None

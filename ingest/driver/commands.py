@@ -67,7 +67,7 @@ def run(comm, cfg: RunConfig) -> RankResult:
     from ingest import report as reports
 
     rank = comm.Get_rank()
-    job = root_step(comm, prepare_job, cfg, comm.Get_size(), ranks_per_node(comm))
+    job = root_step(comm, prepare_job, cfg, comm.Get_size(), ranks_per_node(comm), cfg.compare == "staging")
     if rank == 0:
         print(f"ingest: {job.layout.source}: shape {job.layout.shape} {job.layout.raw_dtype.str}, "
               f"{comm.Get_size()} rank(s); {job.grid_reason}", flush=True)
@@ -122,7 +122,7 @@ def stage(comm, cfg: RunConfig) -> dict | None:
 
     if not cfg.stage_dir:
         raise ConfigError("stage_dir: required for `stage` (a directory on the shared filesystem)")
-    job = root_step(comm, prepare_job, cfg, comm.Get_size(), ranks_per_node(comm))
+    job = root_step(comm, prepare_job, cfg, comm.Get_size(), ranks_per_node(comm), True)
     result = measure_staging(comm, cfg, job)
     if comm.Get_rank() != 0:
         return None

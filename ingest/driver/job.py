@@ -122,9 +122,10 @@ def _box_bytes(box, itemsize: int) -> int:
     return n
 
 
-def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1) -> Job:
-    """Rank 0: resolve the source, read the header, probe and tune, decompose the cube, check
-    the URL's lifetime against the estimate, check the output directory."""
+def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1, staging: bool = False) -> Job:
+    """Rank 0: resolve the source, read the header, check there is room to stage (before any
+    data moves), probe and tune, decompose the cube, check the URL's lifetime against the
+    estimate, check the output directory."""
     method, read_source, signer_args = resolve_source(cfg)
     if method == "presigned":
         read_source = ensure_lifetime(read_source, signer_args, 60.0, cfg)  # enough for header and probe
@@ -132,6 +133,10 @@ def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1) -> Job:
     with open_transport(read_source, method, threads=2, **transport_options(cfg)) as transport:
         layout = read_layout(transport, cfg.hdu)
         info = transport.info
+        if staging:
+            from ingest.stage import check_space
+
+            check_space(cfg.stage_dir, info.object_bytes)
         if cfg.strategy == "auto" and cfg.probe and layout.data_bytes >= PROBE_MIN_DATA_BYTES:
             # The grid depends on the link too, so tune for the largest box a first grid gives.
             _, _, boxes = _decompose(cfg, settings, layout, n_ranks)

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import urllib3
 
 from ingest.errors import ExpiredURLError, ObjectChangedError, RangeNotSupportedError, RetryableError, TransportError
-from ingest.presign import redact_url, url_expiry
+from ingest.presign import redact_url, scrub, url_expiry
 from ingest.transports.base import ObjectInfo, Transport
 from ingest.transports.httpbody import (
     RETRYABLE_STATUS,
@@ -69,12 +69,15 @@ class HttpTransport(Transport):
             return self._pool.request("GET", url, headers=headers, preload_content=False,
                                       decode_content=False, redirect=False)
         except urllib3.exceptions.SSLError as exc:
-            raise TransportError(f"{self.display_name}: TLS failed: {exc.__class__.__name__} "
+            raise TransportError(f"{self.display_name}: TLS failed: {scrub(str(exc.__context__ or exc))} "
                                  "(check --ca-bundle; --no-verify-tls only for test servers)") from None
+        except (urllib3.exceptions.LocationValueError, ValueError):
+            raise TransportError(f"{self.display_name}: not a usable URL") from None
         except urllib3.exceptions.HTTPError as exc:
+            # `from None` throughout: urllib3's messages can quote the whole URL, signature included.
             kind = "timeout" if "Timeout" in type(exc).__name__ else "connect"
             raise RetryableError(f"{self.display_name}: request for bytes at {offset} failed: "
-                                 f"{type(exc).__name__}", kind=kind) from exc
+                                 f"{type(exc).__name__}: {scrub(str(exc))}", kind=kind) from None
 
     def _refuse(self, resp, url: str, offset: int) -> None:
         """Turn a non-206 reply into the right error without streaming its body."""
