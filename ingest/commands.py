@@ -7,6 +7,7 @@ import math
 from ingest.api import plan_read
 from ingest.layout import read_layout
 from ingest.planner import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, STRATEGIES, CostModel
+from ingest.config import source_argument
 from ingest.errors import ConfigError
 from ingest.probe import PROBE_MIN_DATA_BYTES
 from ingest.region import normalize, parse_region
@@ -15,6 +16,7 @@ from ingest.units import format_bytes, parse_bytes
 
 
 def _info(args) -> int:
+    args.source = source_argument(args.source)
     with open_transport(args.source, args.method, threads=1, **_transport_options(args)) as transport:
         layout = read_layout(transport, args.hdu)
     facts = {
@@ -49,6 +51,7 @@ def _info(args) -> int:
 
 
 def _plan(args) -> int:
+    args.source = source_argument(args.source)
     cost = CostModel(latency_s=args.latency_s, bandwidth_bytes_per_s=args.bandwidth_bytes_per_s)
     chunk_bytes = None if args.chunk_bytes == "auto" else parse_bytes(args.chunk_bytes, "chunk_bytes")
     max_gap = None if args.max_gap_bytes is None else parse_bytes(args.max_gap_bytes, "max_gap_bytes")
@@ -114,7 +117,7 @@ def _positive_int(text: str, field: str) -> int:
 
 
 def _common(p) -> None:
-    p.add_argument("source", help="local path, presigned http(s) URL, or s3://bucket/key")
+    p.add_argument("source", help="local path, presigned http(s) URL, s3://bucket/key, or env:VARIABLE holding one")
     p.add_argument("--hdu", type=int, default=0, help="HDU index (default 0, the primary)")
     p.add_argument("--method", default="auto", help="posix | presigned | s3 | auto (from the source)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")

@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import difflib
 import math
+import os
 import re
+import sys
 from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from ingest.decompose import parse_grid
@@ -400,7 +402,26 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, dest=f.name, default=None, metavar=metavar, help=text)
 
 
+def source_argument(text: str, field: str = "source") -> str:
+    """A source given on the command line: `env:NAME` reads it from that environment variable,
+    which keeps a presigned URL (a bearer credential) out of `ps`. A signed URL typed on the
+    command line itself still works, with a warning saying how to avoid it."""
+    if text.startswith("env:"):
+        name = text[4:]
+        value = os.environ.get(name)
+        if not name or not value:
+            raise ConfigError(f"{field}: environment variable {name or '(empty name)'} is not set (from {text!r})")
+        return value
+    if _source_form(text) == "http" and re.search(r"(?i)(signature|x-amz-credential|x-amz-security-token)=", text):
+        print(f"ingest: warning: {field} is a presigned URL on the command line, where `ps` shows it to other "
+              f"users; pass it as --{field.replace('_', '-')} env:VARIABLE or in the config file's [run] table",
+              file=sys.stderr, flush=True)
+    return text
+
+
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """The RunConfig for parsed `add_run_arguments` options."""
     cli_values = {name: getattr(args, name, None) for name in _FIELDS}
+    if cli_values.get("source") is not None:
+        cli_values["source"] = source_argument(cli_values["source"])
     return load_config(cli_values, getattr(args, "config", None))

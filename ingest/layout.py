@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from ingest.errors import FitsFormatError
 from ingest.geometry import BLOCK_BYTES, Layout, check_first_block, hdu_data_span, header_end, image_layout, parse_header
+from ingest.retry import RetryPolicy, read_with_retries, retry_call
 from ingest.transports.base import Transport
 
 
-def _read_header(transport: Transport, offset: int, hdu: int) -> tuple[bytes, int]:
+def _read_header(transport: Transport, offset: int, hdu: int, retry: RetryPolicy) -> tuple[bytes, int]:
     """Header bytes starting at `offset` and the offset of the data after it.
 
     One block per request: headers are a few blocks, and reading ahead could run into data
@@ -22,7 +23,7 @@ def _read_header(transport: Transport, offset: int, hdu: int) -> tuple[bytes, in
                 check_first_block(b"\0" * max(0, size - pos), name, hdu, offset)
             raise FitsFormatError(f"{name}: object ends inside the header of HDU {hdu} before its END card")
         buf = bytearray(BLOCK_BYTES)
-        transport.read_into(memoryview(buf), pos)
+        read_with_retries(transport, memoryview(buf), pos, retry, lambda *fault: None)
         if not blocks:
             check_first_block(bytes(buf), name, hdu, offset)
         blocks.append(bytes(buf))
@@ -32,17 +33,19 @@ def _read_header(transport: Transport, offset: int, hdu: int) -> tuple[bytes, in
             return b"".join(blocks), pos
 
 
-def read_layout(transport: Transport, hdu: int = 0) -> Layout:
-    """Walk the HDUs up to `hdu` by their headers alone and describe its data."""
+def read_layout(transport: Transport, hdu: int = 0, retry: RetryPolicy = RetryPolicy()) -> Layout:
+    """Walk the HDUs up to `hdu` by their headers alone and describe its data (header reads are
+    retried like data reads: the first request of a job meets the same network)."""
     if hdu < 0:
         raise FitsFormatError(f"{transport.display_name}: hdu {hdu} must be >= 0")
+    retry_call(lambda: transport.info, retry, transport.display_name)  # size and identity, once
     if transport.object_bytes == 0:
         raise FitsFormatError(f"{transport.display_name}: object is empty (0 bytes); not a FITS file")
     offset = 0
     for index in range(hdu + 1):
         if offset >= transport.object_bytes:
             raise FitsFormatError(f"{transport.display_name}: has only {index} HDUs, no HDU {hdu}")
-        raw, data_offset = _read_header(transport, offset, index)
+        raw, data_offset = _read_header(transport, offset, index, retry)
         header = parse_header(raw, transport.display_name, index)
         if index == hdu:
             return image_layout(

@@ -77,3 +77,19 @@ def read_with_retries(transport, buffer: memoryview, offset: int, policy: RetryP
                     f"({attempt} attempt(s) failed; last: {exc})"
                 ) from exc
             time.sleep(delay)
+
+
+def retry_call(fn, policy: RetryPolicy, what: str):
+    """fn() retried per `policy` on RetryableError: for idempotent calls with nothing to resume
+    (a HEAD, the 1-byte GET that finds a presigned object's size)."""
+    attempt = 0
+    t0 = time.monotonic()
+    while True:
+        try:
+            return fn()
+        except RetryableError as exc:
+            attempt += 1
+            delay = policy.delay_s(attempt)
+            if attempt > policy.retries or time.monotonic() - t0 + delay >= policy.total_s:
+                raise TransportError(f"{what}: gave up after {attempt} attempt(s); last: {exc}") from exc
+            time.sleep(delay)

@@ -131,7 +131,7 @@ def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1, staging: 
         read_source = ensure_lifetime(read_source, signer_args, 60.0, cfg)  # enough for header and probe
     settings = _configured(cfg)
     with open_transport(read_source, method, threads=2, **transport_options(cfg)) as transport:
-        layout = read_layout(transport, cfg.hdu)
+        layout = read_layout(transport, cfg.hdu, retry_policy(cfg))
         info = transport.info
         if staging:
             from ingest.stage import check_space
