@@ -23,6 +23,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; no display on cluster nodes
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # table.py beside us
 from table import IngestError, load_reports, series_label  # noqa: E402
@@ -63,6 +64,7 @@ def plot_elapsed(report: dict, path: str) -> str:
     # these bars to nothing; the title carries it instead.
     ax.set_ylim(0, agg["makespan_s"] * 1.25 or 1.0)  # room above the line for the legend
     ax.set_xlabel("rank (red: slowest)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # ranks are whole numbers
     ax.set_ylabel("elapsed (s)")
     ax.set_title(_title(report))
     ax.legend(loc="upper left", fontsize="small")
@@ -83,6 +85,7 @@ def plot_throughput(report: dict, path: str) -> str:
         ax.set_ylim(0, max(rates) * 1.25 or 1.0)
         ax.legend(loc="upper left", fontsize="small")
     ax.set_xlabel("rank")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("throughput (MiB/s of needed bytes)")
     ax.set_title(_title(report))
     fig.tight_layout()
@@ -115,6 +118,7 @@ def plot_makespan_vs_ranks(reports: list[dict], path: str, log_y: bool = False) 
         style = {"linestyle": "--"} if label.startswith("staging") else {}
         ax.errorbar(xs, means, yerr=[low, high], marker="o", capsize=3, label=label, **style)
     ax.set_xlabel("ranks (concurrent readers)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("makespan (s)")
     if log_y:
         ax.set_yscale("log")
