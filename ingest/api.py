@@ -117,7 +117,7 @@ def read_subcube(
     values and dtype, big-endian as stored unless native_byteorder=True.
     """
     with open_transport(source, method, threads=threads, **transport_options) as transport:
-        layout = read_layout(transport, hdu)
+        layout = read_layout(transport, hdu, retry or RetryPolicy())
         sel, plan = plan_read(
             layout, region, strategy=strategy, chunk_bytes=chunk_bytes, max_gap_bytes=max_gap_bytes, cost=cost
         )

@@ -73,6 +73,7 @@ def root_step(comm, fn, *args, **kwargs):
     error_text = comm.bcast(None if error is None else str(error), root=0)
     if error is not None:
         error.collective = True  # every rank knows: exit cleanly, no Abort needed
+        error.from_root_step = True  # rank 0 did it for everyone: no rank number in the message
         raise error
     if error_text is not None:
         raise RootStepFailed(error_text)
@@ -106,7 +107,9 @@ def run_or_abort(comm, fn, *args) -> int:
         return 1  # rank 0 has printed the reason
     except IngestError as exc:
         if getattr(exc, "collective", False) or comm.Get_size() == 1:
-            print(f"ingest: error: {exc}", file=sys.stderr, flush=True)
+            # A failure of this rank's own work names the rank; one rank 0 did for all does not.
+            who = "" if comm.Get_size() == 1 or getattr(exc, "from_root_step", False) else f"rank {rank}: "
+            print(f"ingest: {who}error: {exc}", file=sys.stderr, flush=True)
             return 1
         print(f"ingest: rank {rank}: error: {exc}", file=sys.stderr, flush=True)
         comm.Abort(1)

@@ -75,7 +75,8 @@ class HttpTransport(Transport):
             raise TransportError(f"{self.display_name}: not a usable URL") from None
         except urllib3.exceptions.HTTPError as exc:
             # `from None` throughout: urllib3's messages can quote the whole URL, signature included.
-            kind = "timeout" if "Timeout" in type(exc).__name__ else "connect"
+            kind = ("timeout" if "Timeout" in type(exc).__name__
+                    else "reset" if isinstance(exc, urllib3.exceptions.ProtocolError) else "connect")
             raise RetryableError(f"{self.display_name}: request for bytes at {offset} failed: "
                                  f"{type(exc).__name__}: {scrub(str(exc))}", kind=kind) from None
 
@@ -83,7 +84,7 @@ class HttpTransport(Transport):
         """Turn a non-206 reply into the right error without streaming its body."""
         status = resp.status
         detail = "" if status == 200 else resp.read(1024, decode_content=True).decode("utf-8", "replace")
-        resp.close()  # never return a half-read connection to the pool
+        _discard(resp)
         if status == 200:
             raise RangeNotSupportedError(
                 f"{self.display_name}: server ignored the Range header and started sending the whole "
@@ -148,7 +149,7 @@ class HttpTransport(Transport):
             if ok:
                 resp.release_conn()
             else:
-                resp.close()
+                _discard(resp)
         return ttfb_s
 
     def _check_etag(self, etag: str | None) -> None:
@@ -160,3 +161,13 @@ class HttpTransport(Transport):
 
     def close(self) -> None:
         self._pool.clear()
+
+
+def _discard(resp) -> None:
+    """Close a reply we will not read to the end, and give its slot back to the pool.
+
+    Closing alone would keep the slot: with block=True and maxsize=threads, a few broken
+    replies would then leave every worker waiting for a connection forever.
+    """
+    resp.close()  # never reuse a half-read connection
+    resp.release_conn()  # but return its slot; the pool opens a fresh connection in it

@@ -7,6 +7,7 @@ import socket
 
 from ingest.errors import RetryableError, TransportError
 
+RESUME_GRAIN_BYTES = 256 << 10  # at most this much of a broken body is fetched twice
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 
 
@@ -41,7 +42,9 @@ def read_body_into(raw, buffer: memoryview, name: str, offset: int) -> None:
     got = 0
     try:
         while got < n:
-            k = reader(buffer[got:])
+            # Bounded slices: a buffered reader fills the whole slice before returning, so on a
+            # reset the bytes of an unbounded slice would arrive uncounted and be fetched again.
+            k = reader(buffer[got : got + RESUME_GRAIN_BYTES])
             if not k:
                 break
             got += k
