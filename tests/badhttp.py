@@ -33,6 +33,21 @@ class _QuietServer(ThreadingHTTPServer):
         pass
 
 
+def handler_for(serve):
+    """A quiet HTTP/1.1 request handler class whose GETs are answered by serve(handler)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            serve(self)
+
+    return Handler
+
+
 class BadHttpServer:
     """Serves `data` at any path.
 
@@ -66,18 +81,7 @@ class BadHttpServer:
         self.requests = 0
         self.log: list[dict] = []
         self._lock = threading.Lock()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                outer._serve(self)
-
-        self._httpd = _QuietServer(("127.0.0.1", 0), Handler)
+        self._httpd = _QuietServer(("127.0.0.1", 0), handler_for(self._serve))
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     @property

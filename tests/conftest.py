@@ -12,6 +12,7 @@ import pytest
 
 from ingest.errors import IngestError
 from ingest.localserver import LocalS3Server
+from ingest.toxiproxy import SERVER_NAME, ToxiproxyServer, find_tool
 
 # Variables that would steer boto3 away from the test server: a service-specific endpoint
 # beats AWS_ENDPOINT_URL, a profile or session token adds credentials versitygw rejects.
@@ -34,6 +35,17 @@ def s3_server():
         pytest.fail(f"cannot start the test S3 server: {error}", pytrace=False)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def toxiproxy():
+    """A Toxiproxy server per test module (proxies a module creates go with it)."""
+    try:
+        find_tool(SERVER_NAME)
+    except IngestError as exc:  # scripts/setup.sh installs it: missing is a failure, not a skip
+        pytest.fail(str(exc), pytrace=False)
+    with ToxiproxyServer() as server:
+        yield server
 
 
 @pytest.fixture

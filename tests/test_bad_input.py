@@ -27,22 +27,14 @@ from ingest.errors import ConfigError, IngestError
 from ingest.presign import presign_url
 from ingest.synth import write_cube
 from ingest.transports.base import MemoryTransport
+from tests.mpitools import ROOT, child_env
 from tests.badhttp import BadHttpServer
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPE = (8, 40, 36)  # numpy order (z, y, x), float32: one header block + 46 KiB of data
 KEY = "bad/cube.fits"
 
 
 # ------------------------------------------------------------------ helpers
-
-
-def child_env(s3_server=None) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "OMPI_", "PMIX_", "SLURM_"))}
-    if s3_server is not None:
-        env.update(s3_server.env())
-    env["PYTHONPATH"] = ROOT
-    return env
 
 
 def ingest_cli(args, env=None, cwd=ROOT, timeout_s=60) -> subprocess.CompletedProcess:

@@ -1,8 +1,9 @@
-"""The benchmarks run end to end on a tiny cube and write well-formed JSON.
+"""The benchmarks run end to end on tiny cubes and write well-formed JSON.
 
 Structure only: these tests never judge speed or memory (the machine is shared and noisy;
 the real figures are ratios from `python -m bench` on a 1 GiB cube). Each command starts its
-own loopback versitygw, so a missing binary fails here with the setup hint in stderr.
+own loopback versitygw (and Toxiproxy for the shaped profiles), so a missing binary fails here
+with the setup hint in stderr. The subcube benchmark needs the `bench` extra (fsspec, aiohttp).
 """
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ TINY = ["--size-mib", "4", "--repeats", "1", "--warmup", "0", "--quiet"]
 MACHINE_KEYS = {"nproc", "memory_bytes", "python", "packages", "git", "loadavg"}
 
 
-def _run(args: list[str], results_dir: Path) -> str:
+def _run(args: list[str], results_dir: Path, timeout_s: float = 90) -> str:
     done = subprocess.run([sys.executable] + args + TINY + ["--results-dir", str(results_dir)],
-                          cwd=REPO, capture_output=True, text=True, timeout=90,
+                          cwd=REPO, capture_output=True, text=True, timeout=timeout_s,
                           env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
     assert done.returncode == 0, f"{args} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
@@ -50,32 +51,44 @@ def _positive_finite(value) -> bool:
 def _check_ratios(results: dict, expected: set[str], with_target: set[str]) -> None:
     assert set(results["ratios"]) == expected
     assert set(results["targets"]) == with_target
+    for key, tgt in results["targets"].items():
+        assert tgt["op"] in (">=", "<=") and _positive_finite(tgt["value"]), key
     for key, ratio in results["ratios"].items():
         assert ratio["n"] == 1 and len(ratio["samples"]) == 1, key
         for stat in ("median", "min", "max"):
             assert _positive_finite(ratio[stat]), (key, stat, ratio)
 
 
-def _check_whole_object(results: dict) -> None:
-    assert set(results["candidates"]) == {"ingest_presigned", "ingest_s3", "curl", "curl_range"}
-    cube = results["config"]["cube"]
-    assert results["config"]["server_keep_alive"] is True
-    for name, cand in results["candidates"].items():
-        assert len(cand["samples"]) == 1
-        sample = cand["samples"][0]
-        expected_bytes = cube["object_bytes"] if name == "curl" else cube["data_bytes"]  # curl_range: data
-        assert sample["bytes"] == expected_bytes
-        for metric in ("elapsed_s", "throughput_gib_s", "cpu_s_per_gib"):
-            assert _positive_finite(sample[metric]), (name, metric)
-            assert cand["summary"][metric]["median"] == sample[metric]
-    targeted = {"ingest_presigned/curl", "ingest_s3/curl"}
-    everything = targeted | {"ingest_presigned/curl_range", "ingest_s3/curl_range"}
-    _check_ratios(results, everything, targeted)
-    assert set(results["cpu_ratios"]) == everything
+def _check_whole_object(results: dict, profiles=("loopback", "acacia")) -> None:
+    assert list(results["profiles"]) == list(profiles)
+    expected, targeted = set(), set()
+    for profile, pres in results["profiles"].items():
+        cube = pres["cube"]
+        curls = {"curl", "curl_range"} if profile == "loopback" else {"curl"}
+        ingests = {"ingest_presigned_tuned", "ingest_s3_tuned", "ingest_presigned", "ingest_s3"}
+        assert set(pres["candidates"]) == ingests | curls
+        assert pres["link"]["profile"] == profile
+        for name, cand in pres["candidates"].items():
+            assert len(cand["samples"]) == 1
+            sample = cand["samples"][0]
+            assert sample["bytes"] == (cube["object_bytes"] if name == "curl" else cube["data_bytes"])
+            for metric in ("elapsed_s", "throughput_gib_s", "cpu_s_per_gib"):
+                assert _positive_finite(sample[metric]), (name, metric)
+                assert cand["summary"][metric]["median"] == sample[metric]
+            if name.endswith("_tuned"):
+                assert _positive_finite(sample["probe_s"]) and sample["probe_s"] < sample["elapsed_s"]
+                assert sample["threads"] >= 1 and sample["chunk_bytes"] >= 1
+        for b in curls:
+            expected |= {f"{profile}:{a}/{b}" for a in ingests}
+            expected |= {f"{profile}:{a}(no probe)/{b}" for a in ("ingest_presigned_tuned", "ingest_s3_tuned")}
+        targeted |= {f"{profile}:ingest_presigned_tuned/curl", f"{profile}:ingest_s3_tuned/curl"}
+    _check_ratios(results, expected, targeted)
+    assert set(results["cpu_ratios"]) == {k for k in expected if "(no probe)" not in k}
 
 
 def _check_memory(results: dict) -> None:
     configs = {"whole_presigned", "whole_s3", "gappy_presigned", "gappy_s3"}
+    mpi = {"mpi2_whole", "mpi2_gappy", "mpi2_tuned"}
     assert set(results["candidates"]) == configs | {"baseline"}
     assert _positive_finite(results["candidates"]["baseline"]["samples"][0]["peak_rss_bytes"])
     for name in configs:
@@ -88,39 +101,102 @@ def _check_memory(results: dict) -> None:
     # The gappy reads are there to exercise the scatter buffers; the whole reads go straight in.
     assert results["candidates"]["gappy_presigned"]["plan"]["scatter_buffers"] is True
     assert results["candidates"]["whole_s3"]["plan"]["scatter_buffers"] is False
-    _check_ratios(results, configs, configs)
+    assert set(results["mpi"]) == mpi
+    for name in mpi:
+        per_rank = results["mpi"][name]["samples"][0]["per_rank"]
+        assert [r["rank"] for r in per_rank] == [0, 1]
+        for r in per_rank:
+            assert _positive_finite(r["peak_rss_bytes"])
+            assert r["bound_bytes"] > r["output_bytes"]
+    _check_ratios(results, configs | mpi, configs | mpi)
 
 
 @pytest.fixture(scope="module")
 def memory_run(tmp_path_factory):
     """One run of the memory script (the slowest: a fresh process per read), shared by two tests."""
     results_dir = tmp_path_factory.mktemp("memory")
-    return _run(["-m", "bench.memory"], results_dir), results_dir
+    return _run(["-m", "bench.memory", "--mpi-ranks", "2"], results_dir, timeout_s=120), results_dir
 
 
 @pytest.mark.timeout(120)
 def test_whole_object_script(tmp_path):
     out = _run(["bench/whole_object.py"], tmp_path)  # the file form, not -m
-    assert "| ingest_presigned/curl |" in out
+    assert "| ingest_presigned_tuned/curl |" in out and "`acacia`" in out
     _check_whole_object(_load(tmp_path, "whole_object"))
 
 
 @pytest.mark.timeout(120)
 def test_memory_script(memory_run):
     out, results_dir = memory_run
-    assert "| gappy_presigned |" in out
+    assert "| gappy_presigned |" in out and "| mpi2_tuned |" in out
     _check_memory(_load(results_dir, "memory"))
 
 
 @pytest.mark.timeout(120)
+def test_subcube_script(tmp_path):
+    out = _run(["-m", "bench.subcube", "--profiles", "loopback", "--blocks-kib", "64"], tmp_path)
+    assert "| astropy_default/ingest_tuned |" in out
+    results = _load(tmp_path, "subcube")
+    pres = results["profiles"]["loopback"]
+    assert {"ingest_tuned", "ingest_default", "astropy_default"} <= set(pres["candidates"])
+    assert set(pres["sweep"]) == {"astropy_block_64KiB"}
+    assert {"astropy_default", "astropy_best"} <= set(pres["candidates"])
+    keys = {f"loopback:{k}" for k in ("astropy_default/ingest_tuned", "astropy_best/ingest_tuned",
+                                      "astropy_default/ingest_default", "ingest_default/ingest_tuned",
+                                      "astropy_default/ingest_tuned(no probe)")}
+    _check_ratios(results, keys, {"loopback:astropy_default/ingest_tuned"})
+
+
+@pytest.mark.timeout(120)
+def test_strategies_script(tmp_path):
+    out = _run(["-m", "bench.strategies", "--profiles", "loopback,acacia", "--no-sweep"], tmp_path)
+    assert "| loopback:thin |" in out and "| acacia:spectrum |" in out
+    results = _load(tmp_path, "strategies")
+    cells = {f"{p}:{g}" for p in ("loopback", "acacia") for g in ("thin", "slab", "spectrum")}
+    assert set(results["cells"]) == cells
+    for key, cell in results["cells"].items():
+        names = set(cell["candidates"])
+        assert "auto" in names and {"large", "intermediate"} <= names, key
+        assert ("small" in names) != ("small" in cell["skipped"]), key  # run, or skipped with a reason
+        assert cell["best"] in names - {"auto"}
+        auto = cell["candidates"]["auto"]["samples"][0]
+        assert _positive_finite(auto["probe_s"]) and auto["elapsed_noprobe_s"] > 0
+    _check_ratios(results, cells | {f"{c}(no probe)" for c in cells}, cells)
+    assert all(t == {"op": "<=", "value": 1.05} for t in results["targets"].values())
+
+
+@pytest.mark.timeout(120)
+def test_scaling_script(tmp_path):
+    out = _run(["-m", "bench.scaling", "--threads-list", "1,4", "--ranks-list", "1,2"], tmp_path)
+    assert "| threads_4 |" in out
+    results = _load(tmp_path, "scaling")
+    assert set(results["threads"]) == {"threads_1", "threads_4", "tuned"}
+    assert set(results["ranks"]) == {"ranks_1", "ranks_2"}
+    for res in results["ranks"].values():
+        assert _positive_finite(res["samples"][0]["makespan_s"])
+    _check_ratios(results, {"threads_1/threads_4", "threads_1/tuned", "ranks_1/ranks_2"}, set())
+
+
+@pytest.mark.timeout(120)
 def test_run_all_and_summarize(tmp_path, memory_run):
-    # One benchmark through the runner keeps this under a few seconds; the registry and the
-    # shared server/cube are what is being tested, and the memory run above covers the rest.
+    # One benchmark through the runner keeps this short; the registry and the shared
+    # server/cube are what is being tested, and the other tests cover the rest.
     out = _run(["-m", "bench", "--only", "whole_object"], tmp_path)
-    assert "## ingest benchmarks" in out and "| ingest_s3/curl |" in out
+    assert "## ingest benchmarks" in out and "| ingest_s3_tuned/curl |" in out
     _check_whole_object(_load(tmp_path, "whole_object"))
     files = [str(tmp_path / "whole_object.json"), str(memory_run[1] / "memory.json")]
     again = subprocess.run([sys.executable, "-m", "bench", "--summarize", *files], cwd=REPO,
                            capture_output=True, text=True, timeout=60)
     assert again.returncode == 0, again.stderr
-    assert "| ingest_presigned/curl |" in again.stdout and "| gappy_s3 |" in again.stdout
+    assert "| ingest_presigned_tuned/curl |" in again.stdout and "| gappy_s3 |" in again.stdout
+
+
+def test_quick_is_the_default_of_every_bench():
+    """--quick reaches every benchmark through the runner, and fills only what was not given."""
+    from bench import common, run_all
+
+    for module in run_all.BENCHES.values():
+        args = module.build_parser().parse_args(["--quick", "--repeats", "2"])
+        common.settle(args, **getattr(module, "SIZES", {}))
+        assert (args.size_mib, args.repeats, args.warmup) == (common.QUICK["size_mib"], 2, 0)
+    assert "quick" in run_all.COMMON_OPTIONS

@@ -26,7 +26,6 @@ from ingest.transports.httpbody import RESUME_GRAIN_BYTES
 from ingest.api import plan_read, read_selection, read_subcube
 from ingest.errors import (
     ExpiredURLError,
-    IngestError,
     ObjectChangedError,
     RangeNotSupportedError,
     RetryableError,
@@ -37,7 +36,6 @@ from ingest.presign import presign_url, url_expiry
 from ingest.retry import RetryPolicy
 from ingest.s3client import s3_client
 from ingest.synth import write_cube
-from ingest.toxiproxy import SERVER_NAME, ToxiproxyServer, find_tool
 from ingest.transports import open_transport
 from ingest.transports.http import HttpTransport
 from tests.badhttp import BadHttpServer
@@ -69,14 +67,6 @@ def cube(s3_server, tmp_path_factory):
     return {"path": str(path), "bytes": path.read_bytes(), "data": data, "bucket": bucket}
 
 
-@pytest.fixture(scope="module")
-def toxiproxy():
-    try:
-        find_tool(SERVER_NAME)
-    except IngestError as exc:  # scripts/setup.sh installs it: missing is a failure, not a skip
-        pytest.fail(str(exc), pytrace=False)
-    with ToxiproxyServer() as server:
-        yield server
 
 
 class Proxy:

@@ -19,13 +19,11 @@ import numpy as np
 import pytest
 from astropy.io import fits
 
-from ingest.errors import IngestError
 from ingest.synth import write_cube
-from ingest.toxiproxy import SERVER_NAME, ToxiproxyServer, find_tool
+from tests.mpitools import ROOT, child_env, reassemble
 
 pytestmark = pytest.mark.timeout(150)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HARNESS = os.path.join(ROOT, "tests", "mpi_harness_fault.py")
 N_RANKS = 4
 FAULT_RANK = 2
@@ -47,14 +45,6 @@ def cube(s3_server, tmp_path_factory):
     return {"s3": f"s3://{bucket}/{KEY}", "data": data}
 
 
-@pytest.fixture(scope="module")
-def toxiproxy():
-    try:
-        find_tool(SERVER_NAME)
-    except IngestError as exc:  # scripts/setup.sh installs it: missing is a failure, not a skip
-        pytest.fail(str(exc), pytrace=False)
-    with ToxiproxyServer() as server:
-        yield server
 
 
 @pytest.fixture
@@ -66,13 +56,6 @@ def proxy(toxiproxy, s3_server):
     toxiproxy.delete_proxy(name)
 
 
-def child_env(s3_server) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "OMPI_", "PMIX_", "SLURM_"))}
-    env.update(s3_server.env())
-    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PYTHONPATH=ROOT)
-    return env
-
-
 def run_job(s3_server, endpoint_url: str, args: list[str], timeout_s: float = 120):
     """mpiexec -n 4 the harness with FAULT_RANK reading through endpoint_url; (process, seconds)."""
     cmd = ["mpiexec", "-n", str(N_RANKS), "--oversubscribe", "--bind-to", "none", sys.executable, HARNESS,
@@ -81,18 +64,6 @@ def run_job(s3_server, endpoint_url: str, args: list[str], timeout_s: float = 12
     t0 = time.monotonic()
     proc = subprocess.run(cmd, env=child_env(s3_server), capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
     return proc, time.monotonic() - t0
-
-
-def reassemble(report, shape, dtype):
-    """Paste every rank's FITS output back into one cube, counting writes per voxel."""
-    cube = np.zeros(shape, dtype=dtype)
-    hits = np.zeros(shape, dtype=np.int32)
-    for rank in report["ranks"]:
-        region = tuple(slice(a, b) for a, b in rank["box"])
-        with fits.open(rank["output_path"]) as f:
-            cube[region] = f[0].data
-        hits[region] += 1
-    return cube, hits
 
 
 @pytest.fixture(scope="module", params=[("reset_peer", {"timeout": 0}), ("limit_data", {"bytes": LIMIT_BYTES})],

@@ -3,7 +3,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import warnings
 
 import numpy as np
@@ -11,18 +10,10 @@ import pytest
 from astropy.io import fits
 
 from ingest.synth import write_cube
+from tests.mpitools import ROOT, child_env, mpiexec, reassemble
 
 SHAPE = (24, 40, 36)  # numpy order (z, y, x)
 N_RANKS = 4
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def mpiexec(n, args, env, timeout_s=120, python_args=("-m", "ingest")):
-    cmd = ["mpiexec", "-n", str(n), "--oversubscribe", "--bind-to", "none", sys.executable, *python_args, *args]
-    env = {**env, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "PYTHONPATH": ROOT}
-    t0 = time.monotonic()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
-    return proc, time.monotonic() - t0
 
 
 @pytest.fixture(scope="module")
@@ -35,25 +26,6 @@ def cube(s3_server, tmp_path_factory):
         warnings.simplefilter("ignore")
         data = np.array(f[0].data)
     return {"path": str(path), "s3": f"s3://{bucket}/survey/cube.fits", "data": data}
-
-
-def child_env(s3_server):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "OMPI_", "PMIX_", "SLURM_"))}
-    env.update(s3_server.env())
-    return env
-
-
-def reassemble(report, shape, dtype):
-    """Paste every rank's FITS output (located by the report) back into one cube, counting how
-    often each voxel was written."""
-    cube = np.zeros(shape, dtype=dtype)
-    hits = np.zeros(shape, dtype=np.int32)
-    for rank in report["ranks"]:
-        region = tuple(slice(a, b) for a, b in rank["box"])
-        with fits.open(rank["output_path"]) as f:
-            cube[region] = f[0].data
-        hits[region] += 1
-    return cube, hits
 
 
 @pytest.mark.parametrize("method", ["presigned", "s3", "posix"])

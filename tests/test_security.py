@@ -12,7 +12,6 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import time
 import traceback
 import uuid
@@ -31,9 +30,9 @@ from ingest.presign import presign_url
 from ingest.retry import RetryPolicy, read_with_retries
 from ingest.synth import write_cube
 from ingest.transports.http import HttpTransport
+from tests.mpitools import ROOT, child_env, cli, mpiexec
 from tests.tlsserver import TlsServer, make_ca_and_cert
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPE = (20, 128, 128)  # numpy order (z, y, x), float32: 1.25 MiB, enough for the link probe to run
 N_RANKS = 4
 KEY = "survey/secret-cube.fits"
@@ -52,28 +51,6 @@ _LEAK_PATTERNS = {
 
 
 # ------------------------------------------------------------------ helpers
-
-
-def base_env(s3_server, **extra) -> dict:
-    """A child environment: the S3 server's AWS_* variables, nothing inherited from the developer."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "OMPI_", "PMIX_", "SLURM_"))}
-    env.update(s3_server.env())
-    env.update(PYTHONPATH=ROOT, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    env.update(extra)
-    return env
-
-
-def cli(args, env, timeout_s=60) -> subprocess.CompletedProcess:
-    """`python -m ingest ARGS` in one process."""
-    return subprocess.run([sys.executable, "-m", "ingest", *map(str, args)], env=env, capture_output=True,
-                          text=True, timeout=timeout_s, cwd=ROOT)
-
-
-def mpiexec(n, args, env, timeout_s=90) -> subprocess.CompletedProcess:
-    """`mpiexec -n N python -m ingest ARGS`."""
-    cmd = ["mpiexec", "-n", str(n), "--oversubscribe", "--bind-to", "none", sys.executable, "-m", "ingest",
-           *map(str, args)]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
 
 
 def url_secrets(url: str) -> dict[str, str]:
@@ -183,8 +160,8 @@ def server_secrets(s3_server) -> dict[str, str]:
 def test_full_job_prints_writes_and_reports_no_secret(cube, s3_server, tmp_path):
     """run (rank 0 signs an s3:// source; then a user's URL), stage, info, plan, report, presign:
     every byte they print or write is free of keys, tokens and signatures."""
-    env = base_env(s3_server)
-    env_token = base_env(s3_server, AWS_SESSION_TOKEN=SESSION_TOKEN)  # present, but never needed
+    env = child_env(s3_server)
+    env_token = child_env(s3_server, AWS_SESSION_TOKEN=SESSION_TOKEN)  # present, but never needed
     secrets = {**server_secrets(s3_server), "session token": SESSION_TOKEN}
     artifacts = {}
 
@@ -206,7 +183,7 @@ def test_full_job_prints_writes_and_reports_no_secret(cube, s3_server, tmp_path)
 
     # 1. presigned method from an s3:// source: rank 0 signs and broadcasts the URL.
     out1, st1, rep1 = tmp_path / "out1", tmp_path / "stage1", tmp_path / "r1.json"
-    proc = mpiexec(N_RANKS, ["run", "--source", cube["s3"], "--method", "presigned", "--output-dir", out1,
+    proc, _ = mpiexec(N_RANKS, ["run", "--source", cube["s3"], "--method", "presigned", "--output-dir", out1,
                              "--report", rep1, "--compare", "staging", "--stage-dir", st1, "--threads", "2",
                              "--chunk-bytes", "64KiB"], env)
     assert proc.returncode == 0, proc.stderr
@@ -214,14 +191,14 @@ def test_full_job_prints_writes_and_reports_no_secret(cube, s3_server, tmp_path)
 
     # 2. the user's presigned URL as --source, with a session token in the environment.
     out2, rep2 = tmp_path / "out2", tmp_path / "r2.json"
-    proc = mpiexec(N_RANKS, ["run", "--source", url, "--output-dir", out2, "--report", rep2, "--threads", "2"],
+    proc, _ = mpiexec(N_RANKS, ["run", "--source", url, "--output-dir", out2, "--report", rep2, "--threads", "2"],
                    env_token)
     assert proc.returncode == 0, proc.stderr
     artifacts.update(process_artifacts("run URL", proc))
 
     # 3. stage alone, from the URL (the staged name comes from the URL's path).
     st3, rep3 = tmp_path / "stage3", tmp_path / "r3.json"
-    proc = mpiexec(2, ["stage", "--source", url, "--stage-dir", st3, "--report", rep3], env_token)
+    proc, _ = mpiexec(2, ["stage", "--source", url, "--stage-dir", st3, "--report", rep3], env_token)
     assert proc.returncode == 0, proc.stderr
     artifacts.update(process_artifacts("stage URL", proc))
 
@@ -264,7 +241,7 @@ def test_full_job_prints_writes_and_reports_no_secret(cube, s3_server, tmp_path)
 def test_failing_jobs_do_not_leak(cube, s3_server, tmp_path):
     """403 from a tampered URL, 404 from an object deleted after signing, a session token the
     server rejects: each fails with exit 1 and an error naming the object, and no secret."""
-    env = base_env(s3_server)
+    env = child_env(s3_server)
     client = s3_server.client()
     url = presign_url(cube["bucket"], KEY, 900, client)
     bad = tamper(url)
@@ -276,7 +253,7 @@ def test_failing_jobs_do_not_leak(cube, s3_server, tmp_path):
                **{f"gone {k}": v for k, v in url_secrets(gone_url).items()}, "session token": SESSION_TOKEN}
     artifacts = {}
 
-    proc = mpiexec(2, ["run", "--source", bad, "--no-progress", "--output-dir", tmp_path / "o1"], env)
+    proc, _ = mpiexec(2, ["run", "--source", bad, "--no-progress", "--output-dir", tmp_path / "o1"], env)
     assert proc.returncode == 1, proc.stderr
     assert "403" in proc.stderr and "denied" in proc.stderr.lower() and KEY in proc.stderr
     artifacts.update(process_artifacts("tampered run", proc))
@@ -286,7 +263,7 @@ def test_failing_jobs_do_not_leak(cube, s3_server, tmp_path):
     assert "404" in proc.stderr and gone_key in proc.stderr
     artifacts.update(process_artifacts("deleted-object run", proc))
 
-    env_token = base_env(s3_server, AWS_SESSION_TOKEN=SESSION_TOKEN)  # versitygw refuses any token
+    env_token = child_env(s3_server, AWS_SESSION_TOKEN=SESSION_TOKEN)  # versitygw refuses any token
     for method in ("presigned", "s3"):
         proc = cli(["run", "--source", cube["s3"], "--method", method, "--no-progress",
                     "--report", tmp_path / f"{method}.json"], env_token)
@@ -309,7 +286,7 @@ def test_presigned_url_can_come_from_the_config_file(cube, s3_server, tmp_path):
     url = presign_url(cube["bucket"], KEY, 900, s3_server.client())
     config = tmp_path / "job.toml"
     config.write_text(f'[run]\nsource = "{url}"\nthreads = 2\n')
-    proc = cli(["run", "--config", config, "--no-progress", "--report", tmp_path / "r.json"], base_env(s3_server))
+    proc = cli(["run", "--config", config, "--no-progress", "--report", tmp_path / "r.json"], child_env(s3_server))
     assert proc.returncode == 0, proc.stderr
     assert_no_leaks({**process_artifacts("run --config", proc), "report": (tmp_path / "r.json").read_text()},
                     {**server_secrets(s3_server), **url_secrets(url)})

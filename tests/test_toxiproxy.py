@@ -78,15 +78,6 @@ def upstream():
         yield address
 
 
-@pytest.fixture(scope="module")
-def toxiproxy():
-    try:
-        find_tool(SERVER_NAME)
-    except IngestError as exc:  # scripts/setup.sh installs it: missing is a failure, not a skip
-        pytest.fail(str(exc), pytrace=False)
-    with ToxiproxyServer() as server:
-        yield server
-    assert server.process.poll() is not None
 
 
 @pytest.fixture

@@ -16,7 +16,9 @@ import re
 import ssl
 import subprocess
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
+
+from tests.badhttp import handler_for
 
 _RANGE = re.compile(r"bytes=(\d+)-(\d+)")
 HOST = "127.0.0.1"
@@ -113,15 +115,7 @@ class TlsServer:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(certs["server"], certs["key"])
         outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                outer._serve(self)
+        Handler = handler_for(self._serve)
 
         class Server(ThreadingHTTPServer):
             daemon_threads = True
