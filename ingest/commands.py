@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import math
 
 from ingest.api import plan_read
 from ingest.layout import read_layout
@@ -60,16 +59,13 @@ def _plan(args) -> int:
     tuning = None
     with open_transport(args.source, args.method, threads=2, **_transport_options(args)) as transport:
         layout = read_layout(transport, args.hdu)
-        if args.probe and layout.data_bytes >= PROBE_MIN_DATA_BYTES:
-            from ingest.probe import probe_link
-            from ingest.tuning import choose
+        if args.strategy == "auto" and layout.data_bytes >= PROBE_MIN_DATA_BYTES:
+            from ingest.autotune import tune_read
 
-            needed = normalize(region, layout.shape)
-            needed_bytes = layout.itemsize * math.prod(needed.counts)
-            link = probe_link(transport, layout.data_offset, layout.data_bytes)
-            tuning = choose(link, needed_bytes, chunk_bytes=chunk_bytes, threads=threads)
+            tuning, _ = tune_read(transport, layout, normalize(region, layout.shape), cost, probe=args.probe,
+                                  chunk_bytes=chunk_bytes, threads=threads, gap_bytes=max_gap)
             cost, chunk_bytes, threads = tuning.cost, tuning.chunk_bytes, tuning.threads
-            max_gap = tuning.max_gap_bytes if max_gap is None else max_gap
+            args.strategy, max_gap = tuning.strategy, tuning.max_gap_bytes
     chunk_bytes = chunk_bytes or DEFAULT_CHUNK_BYTES
     threads = threads or DEFAULT_THREADS
     args.threads = threads

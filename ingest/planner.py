@@ -46,6 +46,7 @@ class CostModel:
     latency_s: float = 0.002  # seed 001 measured ~1.95 ms per small request on Acacia
     bandwidth_bytes_per_s: float = 75e6  # ~600 Mbit/s, the Nimbus <-> Acacia link
     stream_bandwidth_bytes_per_s: float | None = None  # None: one stream can fill the link
+    latency_concurrency: float | None = None  # how many requests' latencies overlap; None: all threads
 
     @property
     def stream_bytes_per_s(self) -> float:
@@ -62,8 +63,11 @@ class CostModel:
         return int(self.latency_s * self.stream_bytes_per_s)
 
     def predict_s(self, n_requests: int, wire_bytes: int, threads: int) -> float:
-        """Each thread pays latency on its share of the requests; bytes share the bandwidth."""
-        return n_requests * self.latency_s / max(1, threads) + wire_bytes / self.bandwidth(threads)
+        """Latencies overlap across threads (as far as the link lets them); bytes share the
+        bandwidth."""
+        overlap = max(1, threads) if self.latency_concurrency is None else min(max(1, threads),
+                                                                                max(1.0, self.latency_concurrency))
+        return n_requests * self.latency_s / overlap + wire_bytes / self.bandwidth(threads)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ class LinkProbe:
     streams: int  # concurrent streams in the parallel measurement
     probe_bytes: int  # bytes the probe transferred
     probe_s: float  # wall time the probe took
+    latency_concurrency: float = float(4)  # small requests' speed-up on 4 threads (4 = fully overlapped)
 
     @property
     def scaling(self) -> float:
@@ -69,20 +70,24 @@ def _concurrently(fn, n: int) -> list:
     return results
 
 
+LATENCY_THREADS = 4
+
+
 def probe_link(
     transport: Transport,
     data_offset: int,
     data_bytes: int,
     *,
     small_bytes: int = 4096,
-    n_small: int = 6,
     large_bytes: int = 8 * MiB,
     streams: int = 2,
 ) -> LinkProbe:
     """Measure L and B with a few reads spread over [data_offset, data_offset + data_bytes).
 
-    The small reads run on `streams` threads first, so every connection the bandwidth reads
-    use is already open: a cold connect is a one-off, not part of the link's latency.
+    1. every thread opens its connection with one small read (a cold connect is a one-off);
+    2. three small reads in a row: their median time to first byte is the latency L;
+    3. two small reads on each of 4 threads at once: how far latencies overlap;
+    4. one `large_bytes` read (one stream's bandwidth), then one on each of `streams` threads.
     """
     if data_bytes < (streams + 1) * MIN_PROBE_READ_BYTES:
         raise ValueError(f"probe_link: {data_bytes} data bytes is too little to measure a link "
@@ -92,14 +97,21 @@ def probe_link(
     large_bytes = max(MIN_PROBE_READ_BYTES, min(large_bytes, data_bytes // (streams + 1)))
     small_bytes = min(small_bytes, large_bytes)
     span = max(1, data_bytes - small_bytes)
-    per_stream = max(1, n_small // streams)
-    # Small reads spread through the cube so one cached block does not answer them all.
-    ttfbs = sum(_concurrently(lambda k: [
-        _timed_read(transport, data_offset + ((k * per_stream + j) * span) // (per_stream * streams), small_bytes)[0]
-        for j in range(per_stream)], streams), [])
-    # Skip each connection's first reply: it may still carry the TCP/TLS handshake.
-    warm = ttfbs[1::per_stream] if per_stream > 1 else ttfbs
-    latency_s = statistics.median(warm)
+    n_small = 0
+
+    def small(k: int) -> tuple[float, float]:
+        # spread through the cube so one cached block does not answer them all
+        return _timed_read(transport, data_offset + (k * 7919 * small_bytes) % span, small_bytes)
+
+    _concurrently(lambda k: small(k), LATENCY_THREADS)  # warm every connection
+    sequential = [small(LATENCY_THREADS + k) for k in range(3)]
+    latency_s = statistics.median(ttfb for ttfb, _ in sequential)
+    t0 = time.perf_counter()
+    _concurrently(lambda k: [small(16 + 2 * k + j) for j in range(2)], LATENCY_THREADS)
+    wall_s = time.perf_counter() - t0
+    n_small = LATENCY_THREADS + 3 + 2 * LATENCY_THREADS
+    one_s = statistics.median(total for _, total in sequential)
+    latency_concurrency = max(1.0, min(float(LATENCY_THREADS), 2 * LATENCY_THREADS * one_s / max(wall_s, 1e-6)))
     ttfb_s, total_s = _timed_read(transport, data_offset, large_bytes)
     stream_bw = large_bytes / max(total_s - ttfb_s, 1e-6)
     # The same size on `streams` connections at once, at different offsets; each stream's
@@ -111,6 +123,7 @@ def probe_link(
         stream_bandwidth_bytes_per_s=stream_bw,
         parallel_bandwidth_bytes_per_s=parallel_bw,
         streams=streams,
-        probe_bytes=per_stream * streams * small_bytes + (1 + streams) * large_bytes,
+        probe_bytes=n_small * small_bytes + (1 + streams) * large_bytes,
         probe_s=time.perf_counter() - t_start,
+        latency_concurrency=latency_concurrency,
     )

@@ -1,35 +1,40 @@
-"""Self-tuning (pure): from a link probe and a box, choose gap, request size and thread count.
+"""Self-tuning (pure): from a link probe and a box, choose strategy, gap, request size, threads.
 
-- gap: merge runs whose gap costs less to read than a request costs to make, L x B per stream;
-- request size: large enough that latency is a small part of each request (16 x L x B, as a
-  power of two within 4..64 MiB: 4-16 MiB was the loopback sweet spot, 256 MiB was slower),
-  small enough that every thread gets work;
-- threads: when streams add up (a per-connection cap), as many as help, up to threads_max;
-  when one stream nearly fills the link, just enough in flight to hide the latency.
+Plans are closed-form (a handful of integers, see planner.py), so instead of rules of thumb the
+tuner plans every candidate - gap none / break-even (latency x bandwidth) / unlimited, or one
+channel per request; requests of 1..64 MiB; 1..16 threads - and keeps the one the probed cost
+model predicts fastest. The model knows what the probe saw: per-request latency, one stream's
+bandwidth, whether streams add up (a per-connection cap) or share one link, and how far
+latency overlaps across threads (on a real network it does; when the "latency" is a busy
+server's CPU, it does not).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from ingest.planner import CostModel
+from ingest.geometry import Layout
+from ingest.planner import UNLIMITED_GAP, CostModel, Plan, make_plan
 from ingest.probe import LinkProbe
+from ingest.region import Selection
 
 MiB = 1 << 20
-MIN_CHUNK_BYTES = 4 * MiB
-MAX_CHUNK_BYTES = 64 * MiB
-THREADS_MAX = 16  # seed 001 Fig. 6 / seed 003: gains flatten well before this
+CHUNK_CANDIDATES = tuple(MiB << k for k in range(7))  # 1 MiB .. 64 MiB
+THREAD_CANDIDATES = (1, 2, 4, 8, 16)  # seed 001 Fig. 6 / seed 003: gains flatten well before 16
+THREADS_MAX = THREAD_CANDIDATES[-1]
 SCALING_FRACTION = 0.75  # k streams giving >= 0.75 k x one stream's bandwidth "add up"
+NEAR_BEST = 1.02  # within 2 % of the best prediction, prefer fewer threads, then fewer requests
 
 
 @dataclass(frozen=True)
 class Tuning:
-    """The values a read will use, and why."""
+    """The values a read will use, the model's prediction, and why."""
 
     cost: CostModel
+    strategy: str
     chunk_bytes: int
     threads: int
-    max_gap_bytes: int
+    max_gap_bytes: int | None  # None: the strategy's own (large/intermediate: unlimited)
+    predicted_s: float
     reason: str
 
     def as_dict(self) -> dict:
@@ -37,9 +42,12 @@ class Tuning:
             "latency_s": self.cost.latency_s,
             "stream_bandwidth_bytes_per_s": self.cost.stream_bytes_per_s,
             "link_bandwidth_bytes_per_s": self.cost.bandwidth_bytes_per_s,
+            "latency_concurrency": self.cost.latency_concurrency,
+            "strategy": self.strategy,
             "chunk_bytes": self.chunk_bytes,
             "threads": self.threads,
             "max_gap_bytes": self.max_gap_bytes,
+            "predicted_s": self.predicted_s,
             "reason": self.reason,
         }
 
@@ -59,40 +67,47 @@ def cost_from_probe(probe: LinkProbe, threads_max: int = THREADS_MAX, ranks_shar
     else:
         link = max(per_stream, probe.parallel_bandwidth_bytes_per_s) / max(1, ranks_sharing)
     return CostModel(latency_s=probe.latency_s, bandwidth_bytes_per_s=link,
-                     stream_bandwidth_bytes_per_s=min(per_stream, link))
+                     stream_bandwidth_bytes_per_s=min(per_stream, link),
+                     latency_concurrency=probe.latency_concurrency)
 
 
-def _pow2_clamp(nbytes: float, low: int, high: int) -> int:
-    return int(min(high, max(low, 2 ** math.ceil(math.log2(max(nbytes, 1))))))
+def _candidates(layout: Layout, sel: Selection, cost: CostModel, chunks, threads_options, gap_bytes=None):
+    """(strategy, gap, chunk, threads, plan) for every combination worth predicting."""
+    gaps = (("small", 0), ("auto", cost.gap_bytes), ("large", None), ("intermediate", None))
+    if gap_bytes is not None:  # the user fixed the gap: only request size and threads are free
+        gaps = (("auto", gap_bytes),)
+    for chunk in chunks:
+        plans: dict[tuple, Plan] = {}
+        for name, gap in gaps:
+            plan = make_plan(layout, sel, strategy=name, chunk_bytes=chunk, max_gap_bytes=gap)
+            key = (plan.n_requests, plan.wire_bytes)  # identical plans need predicting once
+            plans.setdefault(key, (name, gap, plan))
+        for name, gap, plan in plans.values():
+            for t in threads_options:
+                if t <= max(1, plan.n_requests):
+                    yield name, gap, chunk, t, plan
 
 
-def choose(probe: LinkProbe, needed_bytes: int, *, threads_max: int = THREADS_MAX,
-           chunk_bytes: int | None = None, threads: int | None = None, ranks_sharing: int = 1) -> Tuning:
-    """Pick chunk_bytes, threads and max_gap_bytes for one rank reading `needed_bytes` over the
-    probed link, with `ranks_sharing` ranks on its node. A value the user fixed (chunk_bytes /
-    threads not None) is kept as given."""
-    cost = cost_from_probe(probe, threads_max, ranks_sharing)
-    lat, stream = cost.latency_s, cost.stream_bytes_per_s
-    adds_up = streams_add_up(probe)
-    chunk = chunk_bytes or _pow2_clamp(16 * lat * stream, MIN_CHUNK_BYTES, MAX_CHUNK_BYTES)
-    if threads is None:
-        if adds_up:
-            threads = threads_max
-            why_threads = f"streams add up ({probe.scaling:.2f}x on {probe.streams}), up to {threads_max}"
-        else:
-            # Enough requests in flight that one is always transferring while others wait.
-            per_request_s = lat + chunk / stream
-            threads = max(1, min(threads_max, math.ceil(per_request_s * cost.bandwidth_bytes_per_s / chunk)))
-            threads = max(threads, 2) if lat > 0.2 * per_request_s else threads
-            why_threads = f"one stream nearly fills the link ({probe.scaling:.2f}x on {probe.streams}), enough to hide latency"
-        # Every thread should have a request: shrink requests for small reads.
-        if chunk_bytes is None and needed_bytes < threads * chunk:
-            chunk = max(MiB, -(-needed_bytes // threads))
-        threads = max(1, min(threads, -(-needed_bytes // chunk)))
-    else:
-        why_threads = "as configured"
-    gap = cost.gap_bytes
-    shared = f", link shared by {ranks_sharing} ranks per node" if ranks_sharing > 1 and not adds_up else ""
-    reason = (f"probe: latency {lat * 1e3:.2f} ms, {stream / 1e6:.0f} MB/s per stream{shared} -> gap {gap:,} B "
-              f"(latency x bandwidth), requests of {chunk / MiB:.3g} MiB, {threads} threads ({why_threads})")
-    return Tuning(cost, chunk, threads, gap, reason)
+def describe_probe(probe: LinkProbe, cost: CostModel, ranks_sharing: int = 1) -> str:
+    """What the probe saw, in words, for the tuning reason."""
+    links = "streams add up" if streams_add_up(probe) else "streams share the link"
+    shared = f", shared by {ranks_sharing} ranks per node" if ranks_sharing > 1 and not streams_add_up(probe) else ""
+    return (f"probe: latency {cost.latency_s * 1e3:.2f} ms (overlapping {probe.latency_concurrency:.1f}x on 4 "
+            f"threads), {cost.stream_bytes_per_s / 1e6:.0f} MB/s per stream, {links} ({probe.scaling:.2f}x on "
+            f"{probe.streams}){shared}")
+
+
+def choose(cost: CostModel, layout: Layout, sel: Selection, *, chunk_bytes: int | None = None,
+           threads: int | None = None, gap_bytes: int | None = None, model: str = "configured cost model") -> Tuning:
+    """The plan `cost` predicts fastest for reading `sel`. A value the user fixed (chunk_bytes /
+    threads not None) is kept and only the rest is searched. `model` says where `cost` came from."""
+    chunks = (chunk_bytes,) if chunk_bytes else CHUNK_CANDIDATES
+    threads_options = (threads,) if threads else THREAD_CANDIDATES
+    scored = [(plan.predicted_s(cost, t), t, plan.n_requests, name, gap, chunk)
+              for name, gap, chunk, t, plan in _candidates(layout, sel, cost, chunks, threads_options, gap_bytes)]
+    best_s = min(s[0] for s in scored)
+    near_best = [s for s in scored if s[0] <= best_s * NEAR_BEST]
+    predicted_s, t, n, name, gap, chunk = min(near_best, key=lambda s: (s[1], s[2], s[0]))
+    reason = (f"{model}; best of {len(scored)} plans: {name}{f' (gap {gap:,} B)' if name == 'auto' else ''}, "
+              f"requests up to {chunk / MiB:.3g} MiB, {t} threads, {n} requests, predicted {predicted_s:.3g} s")
+    return Tuning(cost, name, chunk, t, gap if name in ("auto", "small") else UNLIMITED_GAP, predicted_s, reason)

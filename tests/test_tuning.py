@@ -1,73 +1,104 @@
 """The self-tuner: pure rules over probe results, and a real probe against the local server."""
-import math
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.planner import CostModel
+from ingest.autotune import tune_read
+from ingest.geometry import Layout
+from ingest.planner import STRATEGIES, CostModel, make_plan
 from ingest.probe import LinkProbe, probe_link
+from ingest.region import normalize
 from ingest.transports import MemoryTransport, open_transport
-from ingest.tuning import MAX_CHUNK_BYTES, MIN_CHUNK_BYTES, THREADS_MAX, choose, cost_from_probe
+from ingest.tuning import CHUNK_CANDIDATES, THREAD_CANDIDATES, choose, cost_from_probe
 
 MiB = 1 << 20
 
 
-def link(latency_s, stream_bw, parallel_bw, streams=2):
-    return LinkProbe(latency_s, stream_bw, parallel_bw, streams, probe_bytes=0, probe_s=0.0)
+def link(latency_s, stream_bw, parallel_bw, streams=2, overlap=4.0):
+    return LinkProbe(latency_s, stream_bw, parallel_bw, streams, probe_bytes=0, probe_s=0.0,
+                     latency_concurrency=overlap)
 
 
-@settings(max_examples=300, deadline=None)
-@given(
-    st.floats(1e-4, 0.3),  # latency
-    st.floats(1e6, 5e9),  # per-stream bandwidth
-    st.floats(0.3, 2.2),  # scaling of 2 streams
-    st.integers(1, 1 << 36),  # needed bytes
-    st.integers(1, 32),  # ranks per node
-)
-def test_choices_stay_in_bounds(lat, bw, scaling, needed, ranks):
-    t = choose(link(lat, bw, bw * scaling), needed, ranks_sharing=ranks)
-    assert 1 <= t.threads <= THREADS_MAX
-    assert MiB <= t.chunk_bytes <= MAX_CHUNK_BYTES
-    assert t.threads <= max(1, math.ceil(needed / t.chunk_bytes)), "no thread without a request"
-    assert t.max_gap_bytes == int(lat * t.cost.stream_bytes_per_s)
-    assert t.cost.bandwidth(t.threads) <= t.cost.bandwidth_bytes_per_s
+LAYOUT = Layout("cube", 0, (256, 512, 512), -32, 0, 2880, 2880 + 256 * 512 * 512 * 4)
+BOXES = {
+    "thin": (slice(0, 256), slice(240, 272), slice(240, 272)),  # seed 001's shape of read
+    "slab": (slice(64, 96),),
+    "spectrum": (slice(None), 256, 256),
+}
 
 
-def test_per_connection_caps_get_many_threads_saturated_links_few():
-    capped = choose(link(0.002, 75e6, 150e6), 1 << 30)  # two streams, twice the bandwidth
-    assert capped.threads == THREADS_MAX and "add up" in capped.reason
-    saturated = choose(link(0.001, 1e9, 1.05e9), 1 << 30)
-    assert saturated.threads <= 3 and "fills the link" in saturated.reason
+def brute_force_best(cost, sel):
+    """The fastest prediction over every strategy x chunk x threads, planned one by one."""
+    best = None
+    for strategy in STRATEGIES:
+        for chunk in CHUNK_CANDIDATES:
+            plan = make_plan(LAYOUT, sel, strategy=strategy, chunk_bytes=chunk,
+                             max_gap_bytes=cost.gap_bytes if strategy == "auto" else None)
+            for t in THREAD_CANDIDATES:
+                if t <= max(1, plan.n_requests):
+                    s = plan.predicted_s(cost, t)
+                    best = s if best is None else min(best, s)
+    return best
 
 
-def test_gap_is_latency_times_stream_bandwidth():
-    # seed 001's Acacia: ~2 ms per request, ~75 MB/s: merging a gap < 150 KB beats a request
-    t = choose(link(0.002, 75e6, 75e6), 1 << 30)
-    assert t.max_gap_bytes == 150_000
+@settings(max_examples=60, deadline=None)
+@given(st.floats(1e-4, 0.3), st.floats(1e6, 5e9), st.floats(0.3, 2.2), st.floats(1.0, 4.0),
+       st.sampled_from(sorted(BOXES)), st.integers(1, 32))
+def test_choice_is_the_best_predicted_plan(lat, bw, scaling, overlap, box, ranks):
+    probe = link(lat, bw, bw * scaling, overlap=overlap)
+    cost = cost_from_probe(probe, ranks_sharing=ranks)
+    sel = normalize(BOXES[box], LAYOUT.shape)
+    t = choose(cost, LAYOUT, sel)
+    assert t.threads in THREAD_CANDIDATES and t.chunk_bytes in CHUNK_CANDIDATES
+    assert t.predicted_s <= brute_force_best(cost, sel) * 1.02 + 1e-12
+    plan = make_plan(LAYOUT, sel, strategy=t.strategy, chunk_bytes=t.chunk_bytes,
+                     max_gap_bytes=t.max_gap_bytes if t.strategy in ("auto", "small") else None)
+    assert plan.predicted_s(cost, t.threads) == pytest.approx(t.predicted_s)
 
 
-def test_request_size_hides_latency():
-    slow = choose(link(0.1, 12.5e6, 25e6), 1 << 30)  # wan: 100 ms, 100 Mbit/s
-    assert slow.chunk_bytes >= 16 * 0.1 * 12.5e6 or slow.chunk_bytes == MAX_CHUNK_BYTES
-    fast = choose(link(0.0002, 1e9, 1e9), 1 << 30)
-    assert fast.chunk_bytes == MIN_CHUNK_BYTES
+def test_contiguous_slab_is_one_big_request_per_chunk():
+    cost = CostModel(latency_s=0.002, bandwidth_bytes_per_s=75e6)
+    t = choose(cost, LAYOUT, normalize(BOXES["slab"], LAYOUT.shape))
+    plan = make_plan(LAYOUT, normalize(BOXES["slab"], LAYOUT.shape), strategy=t.strategy,
+                     chunk_bytes=t.chunk_bytes, max_gap_bytes=t.max_gap_bytes)
+    assert plan.amplification == 1.0
 
 
-def test_small_reads_give_every_thread_a_request():
-    t = choose(link(0.002, 75e6, 150e6), 8 * MiB)
-    assert t.threads * t.chunk_bytes >= 8 * MiB and t.threads == 8 and t.chunk_bytes == MiB
+def test_high_latency_favours_merging_low_latency_favours_no_waste():
+    sel = normalize(BOXES["thin"], LAYOUT.shape)
+    wan = choose(CostModel(latency_s=0.1, bandwidth_bytes_per_s=12.5e6, latency_concurrency=1.0), LAYOUT, sel)
+    lan = choose(CostModel(latency_s=0.0002, bandwidth_bytes_per_s=1e9), LAYOUT, sel)
+    plan = {name: make_plan(LAYOUT, sel, strategy=t.strategy, chunk_bytes=t.chunk_bytes, max_gap_bytes=t.max_gap_bytes)
+            for name, t in (("wan", wan), ("lan", lan))}
+    assert plan["wan"].n_requests < plan["lan"].n_requests or plan["wan"].amplification > plan["lan"].amplification
+
+
+def test_latency_that_does_not_overlap_is_not_hidden_by_threads():
+    c = CostModel(latency_s=0.01, bandwidth_bytes_per_s=1e9, latency_concurrency=1.0)
+    assert c.predict_s(100, 0, 16) == pytest.approx(1.0)
+    assert CostModel(latency_s=0.01, bandwidth_bytes_per_s=1e9).predict_s(100, 0, 16) == pytest.approx(1 / 16)
 
 
 def test_ranks_on_one_node_share_a_saturated_link():
     alone = cost_from_probe(link(0.001, 1e9, 1e9))
     shared = cost_from_probe(link(0.001, 1e9, 1e9), ranks_sharing=4)
     assert shared.bandwidth_bytes_per_s == pytest.approx(alone.bandwidth_bytes_per_s / 4)
+    capped = cost_from_probe(link(0.002, 75e6, 150e6), ranks_sharing=4)
+    assert capped.bandwidth_bytes_per_s == 75e6 * 16  # per-connection caps are not shared
 
 
 def test_user_values_are_kept():
-    t = choose(link(0.002, 75e6, 150e6), 1 << 30, chunk_bytes=3 * MiB, threads=5)
-    assert (t.chunk_bytes, t.threads) == (3 * MiB, 5)
+    cost = CostModel()
+    t = choose(cost, LAYOUT, normalize(BOXES["thin"], LAYOUT.shape), chunk_bytes=3 * MiB, threads=5, gap_bytes=1000)
+    assert (t.chunk_bytes, t.threads, t.strategy, t.max_gap_bytes) == (3 * MiB, 5, "auto", 1000)
+
+
+def test_small_boxes_are_not_probed():
+    blob = b"h" * 2880 + bytes(LAYOUT.data_bytes // 64)
+    small_layout = Layout("m", 0, (4, 512, 512), -32, 0, 2880, len(blob))
+    t = MemoryTransport(blob)
+    tuning, probe = tune_read(t, small_layout, normalize((), small_layout.shape), CostModel())
+    assert probe is None and t.requests == 0 and "configured" in tuning.reason
 
 
 def test_cost_model_without_stream_bandwidth_is_the_old_one():

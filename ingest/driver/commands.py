@@ -43,6 +43,7 @@ def _cube_facts(job: Job) -> dict:
 def _settings_facts(job: Job) -> dict:
     s = job.settings
     return {
+        "strategy": s.strategy,
         "threads": s.threads,
         "chunk_bytes": s.chunk_bytes,
         "max_gap_bytes": s.max_gap_bytes if s.max_gap_bytes is not None else s.cost.gap_bytes,

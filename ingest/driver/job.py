@@ -27,6 +27,7 @@ from ingest.transports import ObjectInfo, Transport, open_transport
 class Settings:
     """Resolved read settings: from the config, or tuned from a probe of the link."""
 
+    strategy: str  # what "auto" resolved to, or the configured strategy
     threads: int
     chunk_bytes: int
     max_gap_bytes: int | None
@@ -69,7 +70,7 @@ def retry_policy(cfg: RunConfig) -> RetryPolicy:
 
 def plan_box(cfg: RunConfig, settings: Settings, layout: Layout, box):
     """(selection, plan) for one rank's box with the configured strategy and resolved settings."""
-    return plan_read(layout, box_to_region(box), strategy=cfg.strategy, chunk_bytes=settings.chunk_bytes,
+    return plan_read(layout, box_to_region(box), strategy=settings.strategy, chunk_bytes=settings.chunk_bytes,
                      max_gap_bytes=settings.max_gap_bytes, cost=settings.cost)
 
 
@@ -83,20 +84,20 @@ def _job_box(cfg: RunConfig, layout: Layout) -> tuple:
 
 def _configured(cfg: RunConfig) -> Settings:
     cost = CostModel(latency_s=cfg.latency_s, bandwidth_bytes_per_s=cfg.bandwidth_bytes_per_s)
-    return Settings(cfg.threads or DEFAULT_THREADS, cfg.chunk_bytes or DEFAULT_CHUNK_BYTES, cfg.max_gap_bytes, cost)
+    return Settings(cfg.strategy, cfg.threads or DEFAULT_THREADS, cfg.chunk_bytes or DEFAULT_CHUNK_BYTES,
+                    cfg.max_gap_bytes, cost)
 
 
-def _tuned(cfg: RunConfig, transport: Transport, layout: Layout, needed_bytes: int, ranks_per_node: int) -> Settings:
-    """Probe the link and let the tuner fill in what the config leaves on auto."""
-    from ingest.probe import probe_link
-    from ingest.tuning import choose
+def _tuned(cfg: RunConfig, configured: Settings, transport: Transport, layout: Layout, box,
+           ranks_per_node: int) -> Settings:
+    """strategy auto: probe (when the box repays it) and pick the plan predicted fastest."""
+    from ingest.autotune import tune_read
 
-    probe = probe_link(transport, layout.data_offset, layout.data_bytes)
-    tuning = choose(probe, needed_bytes, chunk_bytes=cfg.chunk_bytes, threads=cfg.threads,
-                    ranks_sharing=ranks_per_node)
-    gap = cfg.max_gap_bytes if cfg.max_gap_bytes is not None else tuning.max_gap_bytes
-    return Settings(tuning.threads, tuning.chunk_bytes, gap, tuning.cost,
-                    {"probe": probe.as_dict(), **tuning.as_dict(), "max_gap_bytes": gap})
+    sel = normalize(box_to_region(box), layout.shape)
+    tuning, link = tune_read(transport, layout, sel, configured.cost, probe=cfg.probe, chunk_bytes=cfg.chunk_bytes,
+                             threads=cfg.threads, gap_bytes=cfg.max_gap_bytes, ranks_sharing=ranks_per_node)
+    return Settings(tuning.strategy, tuning.threads, tuning.chunk_bytes, tuning.max_gap_bytes, tuning.cost,
+                    {"probe": link.as_dict() if link else None, **tuning.as_dict()})
 
 
 def _decompose(cfg: RunConfig, settings: Settings, layout: Layout, n_ranks: int):
@@ -115,13 +116,6 @@ def _decompose(cfg: RunConfig, settings: Settings, layout: Layout, n_ranks: int)
     return grid_fits, reason, boxes
 
 
-def _box_bytes(box, itemsize: int) -> int:
-    n = itemsize
-    for a, b in box:
-        n *= b - a
-    return n
-
-
 def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1, staging: bool = False) -> Job:
     """Rank 0: resolve the source, read the header, check there is room to stage (before any
     data moves), probe and tune, decompose the cube, check the URL's lifetime against the
@@ -137,11 +131,11 @@ def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1, staging: 
             from ingest.stage import check_space
 
             check_space(cfg.stage_dir, info.object_bytes)
-        if cfg.strategy == "auto" and cfg.probe and layout.data_bytes >= PROBE_MIN_DATA_BYTES:
-            # The grid depends on the link too, so tune for the largest box a first grid gives.
+        if cfg.strategy == "auto" and layout.data_bytes >= PROBE_MIN_DATA_BYTES:
+            # The grid depends on the link too, so tune for the largest box a first grid gives
+            # (decompose puts a largest box at rank 0).
             _, _, boxes = _decompose(cfg, settings, layout, n_ranks)
-            needed = max(_box_bytes(box, layout.itemsize) for box in boxes)
-            settings = _tuned(cfg, transport, layout, needed, ranks_per_node)
+            settings = _tuned(cfg, settings, transport, layout, boxes[0], ranks_per_node)
     grid_fits, reason, boxes = _decompose(cfg, settings, layout, n_ranks)
     estimate_s = max(plan_box(cfg, settings, layout, box)[1].predicted_s(settings.cost, settings.threads)
                      for box in boxes)
