@@ -18,7 +18,9 @@ setup(
         "matplotlib>=3.7",
     ],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.1"],
+        "test": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.1", "cryptography>=41"],
+        # astropy's remote reads over fsspec's HTTP filesystem, the comparison in bench/subcube.py
+        "bench": ["fsspec>=2023.1", "aiohttp>=3.9"],
     },
     entry_points={"console_scripts": ["ingest=ingest.cli:main"]},
 )

@@ -35,7 +35,7 @@ SCHEMA_VERSION = 1
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR_DEFAULT = REPO_ROOT / "bench" / "results"
 BUCKET = "bench"
-PACKAGES = ("ingest", "numpy", "astropy", "boto3", "botocore", "urllib3")
+PACKAGES = ("ingest", "numpy", "astropy", "boto3", "botocore", "urllib3", "fsspec", "aiohttp", "mpi4py")
 # Variables that would steer boto3 away from the bench server (a service-specific endpoint
 # beats AWS_ENDPOINT_URL; a profile or token adds credentials versitygw rejects).
 _AWS_VARS_TO_CLEAR = (
@@ -89,6 +89,7 @@ class BenchEnv:
 
     def __init__(self, cache_dir: str | None = None, keep_alive: bool = True):
         self.keep_alive = keep_alive
+        self.links = None  # bench.links.Links: link profiles, Toxiproxy started on first use
         self._given_cache = cache_dir
         self.cache_dir: str | None = None
         self.server: LocalS3Server | None = None
@@ -105,6 +106,9 @@ class BenchEnv:
             self.server = LocalS3Server(keep_alive=self.keep_alive).start()
             self.server.make_bucket(BUCKET)
             self._set_environ()
+            from bench.links import Links
+
+            self.links = Links(self.server)
         except BaseException:
             self.__exit__()
             raise
@@ -117,6 +121,9 @@ class BenchEnv:
             else:
                 os.environ[name] = value
         self._saved_env = {}
+        if self.links is not None:
+            self.links.close()
+            self.links = None
         if self.server is not None:
             self.server.stop()
             self.server = None
@@ -157,9 +164,10 @@ class BenchEnv:
     def server_pid(self) -> int:
         return self.server.pid
 
-    def cube(self, size_bytes: int, bitpix: int = -32) -> Cube:
-        """A cube of about size_bytes on the server: written once into the cache, uploaded once per run."""
-        shape = cube_shape(size_bytes, bitpix)
+    def cube(self, size_bytes: int, bitpix: int = -32, shape: tuple[int, ...] | None = None) -> Cube:
+        """A cube of about size_bytes (or of exactly `shape`, numpy order) on the server: written
+        once into the cache, uploaded once per run."""
+        shape = tuple(shape) if shape else cube_shape(size_bytes, bitpix)
         cache_key = (shape, bitpix)
         if cache_key in self._cubes:
             return self._cubes[cache_key]
@@ -180,9 +188,24 @@ class BenchEnv:
         self._cubes[cache_key] = cube
         return cube
 
-    def presign(self, cube: Cube, expires_s: int = 3600) -> str:
-        """SigV4 presigned GET URL of the cube's object (a credential: never write it to results)."""
-        return presign_url(cube.bucket, cube.key, expires_s, client=self.server.client())
+    def presign(self, cube: Cube, expires_s: int = 3600, profile: str = "loopback") -> str:
+        """SigV4 presigned GET URL of the cube's object through link `profile` (bench.links)
+        (a credential: never write it to results)."""
+        if profile == "loopback":
+            return presign_url(cube.bucket, cube.key, expires_s, client=self.server.client())
+        return self.links.presign(profile, cube.bucket, cube.key, expires_s)
+
+    def link(self, profile: str):
+        """bench.links.Link of `profile`: loopback (direct), acacia or wan (through Toxiproxy)."""
+        return self.links.get(profile)
+
+    def source(self, cube: Cube, method: str, profile: str = "loopback") -> tuple[str, dict]:
+        """(source, transport options) to read `cube` with `method` (presigned | s3) over `profile`."""
+        if method == "presigned":
+            return self.presign(cube, profile=profile), {}
+        if method == "s3":
+            return cube.s3_uri, ({} if profile == "loopback" else {"endpoint_url": self.link(profile).endpoint_url})
+        raise ValueError(f"method: {method!r} is not presigned or s3")
 
 
 # -- measuring ----------------------------------------------------------------------------------
@@ -218,6 +241,7 @@ class Candidate:
     name: str
     run: Callable[[], dict]
     info: dict = field(default_factory=dict)  # how it was run (settings, command), for the record
+    warm: bool = True  # False: skip its warm-up rounds (a slow reader already warmed by a sweep)
 
 
 def run_interleaved(candidates: list[Candidate], repeats: int, warmup: int = 1, log=None) -> dict:
@@ -234,12 +258,15 @@ def run_interleaved(candidates: list[Candidate], repeats: int, warmup: int = 1, 
     samples: dict[str, list[dict]] = {c.name: [] for c in candidates}
     for round_i in range(-warmup, repeats):
         for cand in candidates:
+            if round_i < 0 and not cand.warm:
+                continue
             sample = cand.run()
             if round_i >= 0:
                 samples[cand.name].append(sample)
             if log is not None:
                 what = "warm-up" if round_i < 0 else f"round {round_i + 1}/{repeats}"
-                log(f"  {what} {cand.name}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in sample.items()))
+                log(f"  {what} {cand.name}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in sample.items()
+                                                          if isinstance(v, (int, float, str))))
     return {c.name: {"info": c.info, "samples": samples[c.name], "summary": summarize(samples[c.name])}
             for c in candidates}
 
@@ -260,6 +287,32 @@ def summarize(samples: list[dict]) -> dict:
     """Per numeric metric of the samples: median, min, max, n."""
     metrics = [k for k, v in samples[0].items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
     return {k: stats([s.get(k) for s in samples]) for k in metrics}
+
+
+def ratio_of(numerators: list[float], denominators: list[float], **record) -> dict:
+    """Per-round ratios a/b of two paired lists, with median/min/max (rounds with b == 0 dropped)."""
+    ratios = [a / b for a, b in zip(numerators, denominators) if b]
+    return {**record, "samples": ratios, **stats(ratios)}
+
+
+def target(op: str, value: float) -> dict:
+    """A ratio's target: op '>=' (at least value) or '<=' (at most value)."""
+    if op not in (">=", "<="):
+        raise ValueError(f"target op: {op!r} is not '>=' or '<='")
+    return {"op": op, "value": value}
+
+
+def verdict(ratio: dict, tgt: dict | None) -> str:
+    """PASS when the median ratio meets the target, BELOW when it does not, '-' without a target."""
+    if not tgt or ratio.get("median") is None:
+        return "-"
+    med = ratio["median"]
+    ok = med >= tgt["value"] if tgt["op"] == ">=" else med <= tgt["value"]
+    return "PASS" if ok else "BELOW"
+
+
+def target_text(tgt: dict | None) -> str:
+    return "-" if not tgt else f"{'≥' if tgt['op'] == '>=' else '≤'} {tgt['value']:g}"
 
 
 def paired_ratio(results: dict, numerator: str, denominator: str, metric: str) -> dict:
@@ -285,6 +338,17 @@ def git_info() -> dict:
     # --no-optional-locks: status must not even refresh the index of a tree others work in.
     status = _run_text(["git", "--no-optional-locks", "status", "--porcelain"], cwd=REPO_ROOT)
     return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def ingest_sources_digest() -> str:
+    """SHA-1 over ingest/**/*.py of this checkout (path + content): names the exact code measured,
+    also when the tree has uncommitted changes (git_info says dirty)."""
+    import hashlib
+
+    digest = hashlib.sha1()
+    for path in sorted((REPO_ROOT / "ingest").rglob("*.py")):
+        digest.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def machine_info() -> dict:
@@ -322,6 +386,7 @@ def machine_info() -> dict:
         "curl": curl.splitlines()[0] if curl else None,
         "versitygw": versitygw,
         "git": git_info(),
+        "ingest_sources_sha1": ingest_sources_digest(),
     }
 
 
@@ -356,19 +421,42 @@ def write_results(name: str, results: dict, directory: str | None = None) -> Pat
 
 
 # -- command lines and tables -------------------------------------------------------------------
-def add_common_arguments(parser: argparse.ArgumentParser, size_mib: int = 1024) -> None:
-    """Options every benchmark takes: cube size, repetitions, where cubes and results go."""
-    parser.add_argument("--size-mib", type=int, default=size_mib,
-                        help=f"cube size in MiB (default {size_mib}; float32 planes of 1024^2 from 256 MiB)")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="interleaved repetitions per candidate (default 3)")
-    parser.add_argument("--warmup", type=int, default=1,
-                        help="unrecorded rounds before the repetitions (default 1)")
+# Sizes and repetitions of a full run and of --quick (a minute or two for the whole suite).
+FULL = {"size_mib": 1024, "repeats": 3, "warmup": 1}
+QUICK = {"size_mib": 64, "repeats": 1, "warmup": 0}
+
+
+def add_common_arguments(parser: argparse.ArgumentParser, size_mib: int = FULL["size_mib"]) -> None:
+    """Options every benchmark takes: cube size, repetitions, --quick, where cubes and results go."""
+    parser.add_argument("--quick", action="store_true",
+                        help=f"small cubes and one round (defaults become {QUICK}); given values still win")
+    parser.add_argument("--size-mib", type=int, default=None,
+                        help=f"cube size in MiB (default {size_mib}, --quick {QUICK['size_mib']}; "
+                             "float32 planes of 1024^2 from 256 MiB)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help=f"interleaved repetitions per candidate (default {FULL['repeats']}, --quick {QUICK['repeats']})")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help=f"unrecorded rounds before the repetitions (default {FULL['warmup']}, --quick {QUICK['warmup']})")
     parser.add_argument("--results-dir", default=None,
-                        help="where NAME.json goes (default $INGEST_BENCH_RESULTS_DIR or bench/results)")
+                        help="where NAME.json goes (default $INGEST_BENCH_RESULTS_DIR or bench/results; "
+                             "--quick: bench/results/quick)")
     parser.add_argument("--cache-dir", default=None,
                         help="keep synthetic cubes here and reuse them (default: a temp dir of the run)")
     parser.add_argument("--quiet", action="store_true", help="no per-repetition lines on stderr")
+
+
+def settle(args, **full_quick) -> argparse.Namespace:
+    """Fill options left at None: the common ones from FULL/QUICK, others from name=(full, quick)."""
+    quick = getattr(args, "quick", False)
+    table = {name: (FULL[name], QUICK[name]) for name in FULL}
+    table.update(full_quick)
+    for name, (full_value, quick_value) in table.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, quick_value if quick else full_value)
+    # A quick run must not overwrite the full run's results that BENCHMARKS.md quotes.
+    if quick and getattr(args, "results_dir", None) is None and not os.environ.get("INGEST_BENCH_RESULTS_DIR"):
+        args.results_dir = str(RESULTS_DIR_DEFAULT / "quick")
+    return args
 
 
 def logger(args):

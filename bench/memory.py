@@ -6,7 +6,13 @@ a whole-cube read (16 MiB chunks, 4 threads) over presigned HTTP and S3, and a g
 thin spatial box through every channel, strategy large, 64 MiB chunks, 8 threads) where every
 request goes through a per-thread scatter buffer.
 
-    python -m bench.memory [--size-mib 1024] [--repeats 3]
+Then the same bound per rank of an MPI run (`python -m ingest run` under mpiexec, 4 ranks, each
+rank's VmHWM written by bench/_rank_peak.py after ingest's main returns): the whole cube with
+4 threads x 16 MiB (fixed settings), the thin box with strategy large and 8 threads x 64 MiB, and the driver's
+own choice (strategy auto, probe on, threads and chunk tuned). Output = the rank's box bytes
+(from the report), threads and chunk = what the report says the ranks used.
+
+    python -m bench.memory [--size-mib 1024] [--repeats 3] [--mpi-ranks 4]
 """
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ from dataclasses import dataclass
 if __package__ in (None, ""):  # run as a file (python bench/memory.py): make `bench` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import common
+from bench import common, mpirun
 from ingest.units import MiB
 
 NAME = "memory"
@@ -51,15 +57,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--whole-chunk-mib", type=int, default=16, help="chunk of the whole-cube read (default 16)")
     parser.add_argument("--gappy-threads", type=int, default=8, help="threads of the gappy read (default 8)")
     parser.add_argument("--gappy-chunk-mib", type=int, default=64, help="chunk of the gappy read (default 64)")
+    parser.add_argument("--mpi-ranks", type=int, default=4, help="ranks of the MPI runs (default 4; 0 skips them)")
     return parser
 
 
 def thin_box(shape: tuple[int, ...]) -> str:
     """All channels, a centred spatial box 1/16 of the plane's side wide (seed 001's thin subcube)."""
-    nchan, ny, nx = shape
-    w = max(1, nx // 16)
-    y0, x0 = (ny - w) // 2, (nx - w) // 2
-    return f"0:{nchan},{y0}:{y0 + w},{x0}:{x0 + w}"
+    from bench.reads import region_text
+    from bench.reads import thin_box as box
+
+    return region_text(box(shape))
 
 
 def configs(args, cube: common.Cube) -> list[ReadConfig]:
@@ -116,8 +123,58 @@ def describe_plan(source: str, cfg: ReadConfig) -> dict:
     return desc
 
 
+def mpi_configs(args, cube: common.Cube) -> dict[str, list[str]]:
+    """name -> `ingest run` arguments (besides source and method) of each MPI configuration."""
+    fixed = lambda threads, chunk: ["--threads", str(threads), "--chunk-bytes", str(chunk * MiB)]  # noqa: E731
+    return {
+        # A whole box is contiguous: every strategy plans it alike; naming one keeps the tuner out.
+        f"mpi{args.mpi_ranks}_whole": ["--strategy", "large"] + fixed(args.whole_threads, args.whole_chunk_mib),
+        f"mpi{args.mpi_ranks}_gappy": ["--region", thin_box(cube.shape), "--strategy", "large"]
+        + fixed(args.gappy_threads, args.gappy_chunk_mib),
+        f"mpi{args.mpi_ranks}_tuned": [],  # strategy auto, probe on, threads and chunk on auto
+    }
+
+
+def mpi_candidate(name: str, n_ranks: int, run_args: list[str], env: dict) -> common.Candidate:
+    info = {"ranks": n_ranks, "command": mpirun.shown(mpirun.command(n_ranks, run_args))}
+
+    def run() -> dict:
+        got = mpirun.run_ingest(n_ranks, run_args, env)
+        report = got["report"]
+        settings = report.get("settings") or {}
+        threads, chunk = settings["threads"], settings["chunk_bytes"]
+        info.update(threads=threads, chunk_bytes=chunk, strategy=report["config"].get("strategy"))
+        per_rank = []
+        for rec, peak in zip(report["ranks"], got["peaks"]):
+            bound = rec["bytes_needed"] + threads * chunk + SLACK_BYTES
+            per_rank.append({"rank": rec["rank"], "output_bytes": rec["bytes_needed"],
+                             "peak_rss_bytes": peak["peak_rss_bytes"], "bound_bytes": bound,
+                             "peak_over_bound": peak["peak_rss_bytes"] / bound, "requests": rec["requests"]})
+        worst = max(per_rank, key=lambda r: r["peak_over_bound"])
+        return {"peak_over_bound_max": worst["peak_over_bound"], "peak_rss_max_bytes": worst["peak_rss_bytes"],
+                "bound_bytes_of_max": worst["bound_bytes"], "output_bytes_of_max": worst["output_bytes"],
+                "threads": threads, "chunk_bytes": chunk, "makespan_s": report["aggregate"]["makespan_s"],
+                "per_rank": per_rank}
+
+    return common.Candidate(name, run, info)
+
+
+def run_mpi(env: common.BenchEnv, args, cube: common.Cube, log) -> dict:
+    """The MPI configurations, interleaved, each a fresh mpiexec; {} when skipped."""
+    if args.mpi_ranks < 1 or not mpirun.mpiexec_available():
+        return {}
+    base = ["--source", cube.s3_uri, "--method", "presigned", "--no-progress"]
+    cands = [mpi_candidate(name, args.mpi_ranks, base + extra, env.env())
+             for name, extra in mpi_configs(args, cube).items()]
+    if log:
+        log(f"{NAME}: MPI, {args.mpi_ranks} ranks, {[c.name for c in cands]}")
+    results = common.run_interleaved(cands, args.repeats, warmup=0, log=log)
+    return results
+
+
 def run(env: common.BenchEnv, args) -> dict:
     """Measure every configuration (interleaved, fresh process each); results without machine info."""
+    common.settle(args)
     log = common.logger(args)
     cube = env.cube(args.size_mib * MiB)
     url = env.presign(cube)
@@ -140,13 +197,19 @@ def run(env: common.BenchEnv, args) -> dict:
     ratios = {cfg.name: {**common.stats([s["peak_over_bound"] for s in results[cfg.name]["samples"]]),
                          "samples": [s["peak_over_bound"] for s in results[cfg.name]["samples"]],
                          "metric": "peak_rss_bytes / bound_bytes"} for cfg in cfgs}
+    mpi = run_mpi(env, args, cube, log)
+    for name, res in mpi.items():
+        values = [s["peak_over_bound_max"] for s in res["samples"]]
+        ratios[name] = {**common.stats(values), "samples": values,
+                        "metric": "max over ranks of peak_rss_bytes / bound_bytes"}
     return {
         "config": {"size_mib": args.size_mib, "repeats": args.repeats, "cube": cube.describe(),
                    "slack_bytes": SLACK_BYTES, "bound": "output_bytes + threads * chunk_bytes + 150e6",
                    "server_keep_alive": env.keep_alive},
         "candidates": results,
+        "mpi": mpi,
         "ratios": ratios,
-        "targets": {name: TARGET_RATIO for name in ratios},
+        "targets": {name: common.target("<=", TARGET_RATIO) for name in ratios},
         "notes": [
             "peak = VmHWM of a fresh process doing exactly one read (imports included); "
             "baseline = the same process without the read. Not ru_maxrss: exec keeps the replaced "
@@ -181,11 +244,27 @@ def to_markdown(results: dict) -> str:
             f"Baseline (imports only): {common.spread(base, '{:.0f}', scale=MiB)} MiB peak RSS\n")
     table = common.markdown_table(["read", "threads x chunk, strategy", "plan", "output MiB", "bound MiB",
                                    "peak RSS MiB median (min-max)", "peak/bound", "peak-baseline-output MiB"], rows)
-    return head + "\n" + table
+    out = head + "\n" + table
+    if results.get("mpi"):
+        rows = []
+        for name, res in results["mpi"].items():
+            s, info = res["summary"], res["info"]
+            ratio = results["ratios"][name]
+            last = res["samples"][-1]["per_rank"]
+            peaks = ", ".join(f"{r['peak_rss_bytes'] / MiB:.0f}" for r in last)
+            rows.append([name, f"{info['threads']} x {info['chunk_bytes'] / MiB:g} MiB, {info['strategy']}",
+                         f"{s['output_bytes_of_max']['median'] / MiB:.1f}", f"{s['bound_bytes_of_max']['median'] / MiB:.0f}",
+                         peaks, common.spread(ratio, "{:.3f}"),
+                         common.target_text(results["targets"][name]), common.verdict(ratio, results["targets"][name])])
+        out += ("\n\nPer rank of an MPI run (`mpiexec -n N python bench/_rank_peak.py run ...`, VmHWM at exit), "
+                "worst rank's peak/bound:\n\n" + common.markdown_table(
+                    ["run", "threads x chunk, strategy", "output MiB (worst rank)", "bound MiB (worst rank)",
+                     "peak RSS MiB per rank (last round)", "max peak/bound median (min-max)", "target", "verdict"], rows))
+    return out
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = common.settle(build_parser().parse_args(argv))
     with common.BenchEnv(cache_dir=args.cache_dir) as env:
         results = run(env, args)
     path = common.write_results(NAME, results, args.results_dir)

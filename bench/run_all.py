@@ -1,6 +1,8 @@
 """Run every benchmark on one server and one cube, write each one's JSON, print a markdown summary.
 
-    python -m bench [--size-mib 1024] [--repeats 3] [--only whole_object,memory]
+    python -m bench [--quick] [--size-mib 1024] [--repeats 3] [--only whole_object,subcube,...]
+
+--quick: small cubes and one round of everything (a minute or two); a full run takes ~20 min.
 
 Each benchmark keeps its own defaults for its own options (threads, chunk sizes); run it alone
 (`python -m bench.NAME --help`) to change them. `python -m bench --summarize FILE.json ...`
@@ -12,16 +14,17 @@ import argparse
 import json
 import os
 import sys
+import time
 
 if __package__ in (None, ""):  # run as a file (python bench/run_all.py): make `bench` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import common, memory, whole_object
+from bench import common, memory, scaling, strategies, subcube, whole_object
 
-# The registry: a new benchmark (subcube vs astropy, strategies, scaling, ...) is a module with
-# NAME, build_parser, run(env, args), to_markdown(results), added here.
-BENCHES = {module.NAME: module for module in (whole_object, memory)}
-COMMON_OPTIONS = ("size_mib", "repeats", "warmup", "results_dir", "cache_dir", "quiet")
+# The registry: a benchmark is a module with NAME, build_parser, run(env, args),
+# to_markdown(results), added here (in the order they run and print).
+BENCHES = {module.NAME: module for module in (whole_object, subcube, strategies, scaling, memory)}
+COMMON_OPTIONS = ("quick", "size_mib", "repeats", "warmup", "results_dir", "cache_dir", "quiet")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,20 +50,38 @@ def header(results_list: list[dict]) -> str:
     return (f"## ingest benchmarks\n\n`{first['command']}` at {first['created_utc']}; "
             f"{m['nproc']} cores, {m['memory_bytes'] / common.GiB:.0f} GiB, load {m['loadavg'][0]:.2f}, "
             f"Python {m['python']}, ingest {m['packages'].get('ingest')}, "
-            f"commit {str(git.get('commit'))[:10]}{' (dirty)' if git.get('dirty') else ''}")
+            f"commit {str(git.get('commit'))[:10]}{' (dirty)' if git.get('dirty') else ''}"
+            + (f", ingest/ sources sha1 {m['ingest_sources_sha1'][:12]}" if m.get("ingest_sources_sha1") else ""))
+
+
+def targets_table(results_list: list[dict]) -> str:
+    """Every ratio that has a target, from every result: value, target, PASS/BELOW."""
+    rows = []
+    for results in results_list:
+        for key, tgt in results.get("targets", {}).items():
+            ratio = results["ratios"][key]
+            if not isinstance(tgt, dict):  # results written before targets carried their direction
+                continue
+            rows.append([results["bench"], key, common.spread(ratio), common.target_text(tgt),
+                         common.verdict(ratio, tgt)])
+    if not rows:
+        return "### Targets\n\n(no targeted ratios in these results)"
+    return "### Targets (median of the per-round ratios, min-max)\n\n" + common.markdown_table(
+        ["bench", "ratio", "median (min-max)", "target", "verdict"], rows)
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = common.settle(build_parser().parse_args(argv))
     if args.summarize:
         loaded = [json.loads(open(path).read()) for path in args.summarize]
-        print("\n\n".join([header(loaded)] + [render(r) for r in loaded]))
+        print("\n\n".join([header(loaded), targets_table(loaded)] + [render(r) for r in loaded]))
         return 0
     names = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = [n for n in names if n not in BENCHES]
     if unknown:
         raise SystemExit(f"--only: unknown benchmark(s) {unknown}; choose from {list(BENCHES)}")
     written = []
+    t0 = time.perf_counter()
     with common.BenchEnv(cache_dir=args.cache_dir) as env:
         for name in names:
             module = BENCHES[name]
@@ -70,8 +91,8 @@ def main(argv=None) -> int:
             results = module.run(env, module_args)
             path = common.write_results(name, results, args.results_dir)
             written.append(json.loads(path.read_text()))
-            print(f"wrote {path}", file=sys.stderr)
-    print("\n\n".join([header(written)] + [render(r) for r in written]))
+            print(f"wrote {path} ({time.perf_counter() - t0:.0f} s so far)", file=sys.stderr)
+    print("\n\n".join([header(written), targets_table(written)] + [render(r) for r in written]))
     return 0
 
 

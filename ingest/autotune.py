@@ -10,16 +10,19 @@ from ingest.region import Selection
 from ingest.transports.base import Transport
 from ingest.tuning import Tuning, choose, cost_from_probe, describe_probe
 
-# A probe costs a dozen small requests and three bandwidth reads: a few round trips plus a
-# few MiB. Below this much data per rank the configured cost model is good enough.
-PROBE_MIN_BOX_BYTES = 32 * MiB
+# A probe costs about nine round trips (warm-up, three sequential and two concurrent rounds of
+# small reads, two bandwidth rounds) plus three bandwidth reads. It runs when the configured
+# model says the read will take at least this many times as long as the probe.
+PROBE_WORTH_FACTOR = 5.0
+PROBE_ROUND_TRIPS = 9
 PROBE_READ_MAX_BYTES = 8 * MiB
 PROBE_READ_MIN_BYTES = 256 << 10
 
 
 def probe_read_bytes(needed_bytes: int) -> int:
-    """Size of the probe's bandwidth reads: an eighth of the read, within 256 KiB..8 MiB."""
-    return max(PROBE_READ_MIN_BYTES, min(PROBE_READ_MAX_BYTES, needed_bytes // 8))
+    """Size of the probe's bandwidth reads: 1/32 of the read (so three of them cost about a tenth
+    of a bandwidth-bound read), within 256 KiB..8 MiB."""
+    return max(PROBE_READ_MIN_BYTES, min(PROBE_READ_MAX_BYTES, needed_bytes // 32))
 
 
 def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: CostModel, *,
@@ -29,12 +32,16 @@ def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: Co
     needed = layout.itemsize
     for n in sel.counts:
         needed *= n
-    link = None
-    cost, model = fallback, (f"configured cost model ({fallback.latency_s * 1e3:g} ms per request, "
-                             f"{fallback.bandwidth_bytes_per_s / 1e6:g} MB/s)")
-    if probe and needed >= PROBE_MIN_BOX_BYTES:
-        link = probe_link(transport, layout.data_offset, layout.data_bytes, large_bytes=probe_read_bytes(needed))
-        cost = cost_from_probe(link, ranks_sharing=ranks_sharing)
-        model = describe_probe(link, cost, ranks_sharing)
-    tuning = choose(cost, layout, sel, chunk_bytes=chunk_bytes, threads=threads, gap_bytes=gap_bytes, model=model)
+    model = (f"configured cost model ({fallback.latency_s * 1e3:g} ms per request, "
+             f"{fallback.bandwidth_bytes_per_s / 1e6:g} MB/s)")
+    tuning = choose(fallback, layout, sel, chunk_bytes=chunk_bytes, threads=threads, gap_bytes=gap_bytes, model=model)
+    probe_s = PROBE_ROUND_TRIPS * fallback.latency_s + 3 * probe_read_bytes(needed) / fallback.stream_bytes_per_s
+    # Judged as if the read's requests did not overlap: the configured model cannot know whether
+    # they will, and many small requests are exactly where a wrong guess costs most.
+    if not probe or tuning.predicted_s * tuning.threads < PROBE_WORTH_FACTOR * probe_s:
+        return tuning, None
+    link = probe_link(transport, layout.data_offset, layout.data_bytes, large_bytes=probe_read_bytes(needed))
+    cost = cost_from_probe(link, ranks_sharing=ranks_sharing)
+    tuning = choose(cost, layout, sel, chunk_bytes=chunk_bytes, threads=threads, gap_bytes=gap_bytes,
+                    model=describe_probe(link, cost, ranks_sharing))
     return tuning, link

@@ -84,7 +84,8 @@ def _candidates(layout: Layout, sel: Selection, cost: CostModel, chunks, threads
             plans.setdefault(key, (name, gap, plan))
         for name, gap, plan in plans.values():
             for t in threads_options:
-                if t <= max(1, plan.n_requests):
+                # More threads than requests would idle, unless the user fixed the count.
+                if t <= max(1, plan.n_requests) or len(threads_options) == 1:
                     yield name, gap, chunk, t, plan
 
 

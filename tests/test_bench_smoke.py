@@ -66,18 +66,21 @@ def _check_whole_object(results: dict, profiles=("loopback", "acacia")) -> None:
         cube = pres["cube"]
         curls = {"curl", "curl_range"} if profile == "loopback" else {"curl"}
         ingests = {"ingest_presigned_tuned", "ingest_s3_tuned", "ingest_presigned", "ingest_s3"}
-        assert set(pres["candidates"]) == ingests | curls
+        extra = {"numpy_touch"} if profile == "loopback" else set()
+        assert set(pres["candidates"]) == ingests | curls | extra
         assert pres["link"]["profile"] == profile
         for name, cand in pres["candidates"].items():
             assert len(cand["samples"]) == 1
             sample = cand["samples"][0]
             assert sample["bytes"] == (cube["object_bytes"] if name == "curl" else cube["data_bytes"])
             for metric in ("elapsed_s", "throughput_gib_s", "cpu_s_per_gib"):
-                assert _positive_finite(sample[metric]), (name, metric)
+                # numpy_touch fills 4 MiB here: its CPU time can round to 0 at the clock's tick.
+                ok = sample[metric] >= 0 if name == "numpy_touch" else _positive_finite(sample[metric])
+                assert ok and math.isfinite(sample[metric]), (name, metric)
                 assert cand["summary"][metric]["median"] == sample[metric]
-            if name.endswith("_tuned"):
-                assert _positive_finite(sample["probe_s"]) and sample["probe_s"] < sample["elapsed_s"]
-                assert sample["threads"] >= 1 and sample["chunk_bytes"] >= 1
+            if name.endswith("_tuned"):  # the tuner may skip the probe for a box this small
+                assert 0 <= sample["probe_s"] <= sample["tune_s"] < sample["elapsed_s"]
+                assert sample["threads"] >= 1 and sample["chunk_bytes"] >= 1 and sample["choice"]
         for b in curls:
             expected |= {f"{profile}:{a}/{b}" for a in ingests}
             expected |= {f"{profile}:{a}(no probe)/{b}" for a in ("ingest_presigned_tuned", "ingest_s3_tuned")}
@@ -160,7 +163,7 @@ def test_strategies_script(tmp_path):
         assert ("small" in names) != ("small" in cell["skipped"]), key  # run, or skipped with a reason
         assert cell["best"] in names - {"auto"}
         auto = cell["candidates"]["auto"]["samples"][0]
-        assert _positive_finite(auto["probe_s"]) and auto["elapsed_noprobe_s"] > 0
+        assert 0 <= auto["probe_s"] < auto["elapsed_s"] and auto["elapsed_noprobe_s"] > 0 and auto["choice"]
     _check_ratios(results, cells | {f"{c}(no probe)" for c in cells}, cells)
     assert all(t == {"op": "<=", "value": 1.05} for t in results["targets"].values())
 

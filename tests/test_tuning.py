@@ -132,3 +132,19 @@ def test_real_probe_against_the_local_server(s3_server, s3_env):
     assert 0 < p.latency_s < 1.0
     assert p.stream_bandwidth_bytes_per_s > 1e6 and p.parallel_bandwidth_bytes_per_s > 1e6
     assert p.probe_bytes <= 24 * MiB + 64 * 1024  # 3 large reads fill the data, plus a few 4 KiB ones
+
+
+def test_fixed_threads_beyond_the_request_count_is_kept():
+    """Found by the benchmarks: --threads 4 on a read that is one request crashed the tuner."""
+    sel = normalize((slice(0, 1),), LAYOUT.shape)  # one 1 MiB plane: one 16 MiB-chunk request
+    t = choose(CostModel(), LAYOUT, sel, chunk_bytes=16 * MiB, threads=4)
+    assert (t.threads, t.chunk_bytes) == (4, 16 * MiB)
+
+
+def test_reads_that_repay_a_probe_are_probed():
+    data_bytes = 48 * MiB
+    blob = b"h" * 2880 + bytes(data_bytes)
+    layout = Layout("m", 0, (48, 512, 512), -32, 0, 2880, len(blob))
+    t = MemoryTransport(blob)
+    tuning, probe = tune_read(t, layout, normalize((), layout.shape), CostModel())
+    assert probe is not None and t.requests > 0 and tuning.reason.startswith("probe:")
