@@ -9,7 +9,7 @@ from ingest.planner import STRATEGIES, CostModel, make_plan
 from ingest.probe import LinkProbe, probe_link
 from ingest.region import normalize
 from ingest.transports import MemoryTransport, open_transport
-from ingest.tuning import CHUNK_CANDIDATES, THREAD_CANDIDATES, choose, cost_from_probe
+from ingest.tuning import CHUNK_CANDIDATES, NEAR_BEST, THREAD_CANDIDATES, choose, cost_from_probe
 
 MiB = 1 << 20
 
@@ -50,7 +50,7 @@ def test_choice_is_the_best_predicted_plan(lat, bw, scaling, overlap, box, ranks
     sel = normalize(BOXES[box], LAYOUT.shape)
     t = choose(cost, LAYOUT, sel)
     assert t.threads in THREAD_CANDIDATES and t.chunk_bytes in CHUNK_CANDIDATES
-    assert t.predicted_s <= brute_force_best(cost, sel) * 1.02 + 1e-12
+    assert t.predicted_s <= brute_force_best(cost, sel) * NEAR_BEST + 1e-12
     plan = make_plan(LAYOUT, sel, strategy=t.strategy, chunk_bytes=t.chunk_bytes,
                      max_gap_bytes=t.max_gap_bytes if t.strategy in ("auto", "small") else None)
     assert plan.predicted_s(cost, t.threads) == pytest.approx(t.predicted_s)
