@@ -483,3 +483,15 @@ def spread(st: dict, fmt: str = "{:.2f}", scale: float = 1.0) -> str:
 
 def gib(n_bytes: float) -> float:
     return n_bytes / GiB
+
+
+def bench_main(module, argv=None, **settle_kw) -> int:
+    """`python -m bench.NAME`: parse the module's options (settle_kw: its full/quick sizes), run it
+    on a fresh server, write its JSON, print its markdown. Every bench module's main() is this."""
+    args = settle(module.build_parser().parse_args(argv), **settle_kw)
+    with BenchEnv(cache_dir=args.cache_dir) as env:
+        results = module.run(env, args)
+    path = write_results(module.NAME, results, args.results_dir)
+    print(module.to_markdown(results))
+    print(f"\nwrote {path}")
+    return 0

@@ -213,13 +213,7 @@ def to_markdown(results: dict) -> str:
 
 
 def main(argv=None) -> int:
-    args = common.settle(build_parser().parse_args(argv))
-    with common.BenchEnv(cache_dir=args.cache_dir) as env:
-        results = run(env, args)
-    path = common.write_results(NAME, results, args.results_dir)
-    print(to_markdown(results))
-    print(f"\nwrote {path}")
-    return 0
+    return common.bench_main(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":
