@@ -20,6 +20,8 @@ from ingest.transports import open_transport
 
 def _prepare(cfg: RunConfig, job: Job) -> tuple[str, str]:
     """Rank 0: check room, then create the sized temporary file. Returns (tmp, final)."""
+    # prepare_job checked this before any data moved; checked again because in `run --compare
+    # staging` the direct read and its --output-dir files come first and may fill the same disk.
     staging.check_space(cfg.stage_dir, job.info.object_bytes)
     final_path = staging.staged_path(cfg.stage_dir, job.layout.source)
     return staging.prepare(cfg.stage_dir, final_path, job.info.object_bytes), final_path
