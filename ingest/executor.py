@@ -49,19 +49,19 @@ class _Worker:
         return self._buf
 
 
-def _run_one(plan: Plan, read, out: np.ndarray, flat: memoryview, i: int, worker: _Worker) -> float:
-    """Execute request i; return its time to first byte."""
+def _run_one(plan: Plan, read, out: np.ndarray, flat: memoryview, i: int, worker: _Worker) -> tuple[float, int]:
+    """Execute request i; return (its time to first byte, its size in bytes)."""
     lat = plan.lattice
     req = plan.request(i)
     if plan.byte_mode:
         run = int(np.ravel_multi_index(req.index, lat.counts)) if lat.counts else 0
         dst = run * lat.run_bytes + req.run_offset
-        return read(flat[dst : dst + req.nbytes], req.offset)
+        return read(flat[dst : dst + req.nbytes], req.offset), req.nbytes
     level = plan.level
     if req.contiguous:
         first = req.index + (0,) * (len(lat.counts) - level - 1)
         dst = int(np.ravel_multi_index(first, lat.counts)) * lat.run_bytes
-        return read(flat[dst : dst + req.nbytes], req.offset)
+        return read(flat[dst : dst + req.nbytes], req.offset), req.nbytes
     buf = worker.buffer(req.nbytes)
     ttfb_s = read(memoryview(buf)[: req.nbytes], req.offset)
     src = np.ndarray(
@@ -72,7 +72,7 @@ def _run_one(plan: Plan, read, out: np.ndarray, flat: memoryview, i: int, worker
     )
     dst_view = out[req.index[:-1] + (slice(req.index[-1], req.index[-1] + req.units),)]
     np.copyto(dst_view, src)
-    return ttfb_s
+    return ttfb_s, req.nbytes
 
 
 def lattice_view(array: np.ndarray, plan: Plan) -> np.ndarray:
@@ -128,13 +128,12 @@ def execute(
                 next_index[0] += 1
             t_req = time.perf_counter()
             try:
-                ttfb_s = _run_one(plan, read, out, flat, i, worker)
+                ttfb_s, nbytes = _run_one(plan, read, out, flat, i, worker)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller below
                 with lock:
                     failure.append(exc)
                 return
             t_end = time.perf_counter()
-            nbytes = plan.request(i).nbytes
             with lock:
                 stats.requests += 1
                 stats.bytes_wire += nbytes

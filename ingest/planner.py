@@ -88,12 +88,16 @@ class Lattice:
     def needed_bytes(self) -> int:
         return self.n_runs * self.run_bytes
 
-    def unit_spans(self) -> tuple[int, ...]:
-        """Bytes from the first to the last needed byte of one index along each outer axis."""
+    def __post_init__(self):
+        # Computed once: Plan.request asks for it for every one of (possibly) millions of requests.
         spans = [self.run_bytes] * len(self.counts)
         for j in range(len(self.counts) - 2, -1, -1):
             spans[j] = (self.counts[j + 1] - 1) * self.strides[j + 1] + spans[j + 1]
-        return tuple(spans)
+        object.__setattr__(self, "_spans", tuple(spans))
+
+    def unit_spans(self) -> tuple[int, ...]:
+        """Bytes from the first to the last needed byte of one index along each outer axis."""
+        return self._spans
 
     def gaps(self) -> tuple[int, ...]:
         """Unwanted bytes between consecutive units along each outer axis."""
