@@ -99,7 +99,8 @@ def cube_from_layout(layout) -> dict:
         "source": layout.source,
         "hdu": layout.hdu,
         "shape": list(layout.shape),
-        "dtype": layout.raw_dtype.str,  # stored dtype, with its byte order: '>f4'
+        "dtype": layout.out_dtype.str,  # what readers get (astropy's rules for BSCALE/BZERO)
+        "stored_dtype": layout.raw_dtype.str,  # as stored, with its byte order: '>f4'
         "bitpix": layout.bitpix,
         "data_offset": layout.data_offset,
         "object_bytes": layout.object_bytes,

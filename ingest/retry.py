@@ -30,8 +30,6 @@ class RetryPolicy:
         return random.uniform(0.0, min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1)))
 
 
-NO_RETRIES = RetryPolicy(retries=0)
-
 
 class FaultLog:
     """Counts of what went wrong and what retrying saved; one per execution, thread-safe via

@@ -27,19 +27,6 @@ class RankResult:
     report: dict | None  # rank 0 only
 
 
-def _cube_facts(job: Job) -> dict:
-    lay = job.layout
-    return {
-        "source": lay.source,
-        "hdu": lay.hdu,
-        "shape": list(lay.shape),
-        "dtype": lay.out_dtype.str,
-        "bitpix": lay.bitpix,
-        "data_offset": lay.data_offset,
-        "object_bytes": lay.object_bytes,
-    }
-
-
 def _settings_facts(job: Job) -> dict:
     s = job.settings
     return {
@@ -97,7 +84,8 @@ def run(comm, cfg: RunConfig) -> RankResult:
         baseline = reports.baseline_from_report(cfg.baseline)
     report = None
     if rank == 0:
-        report = reports.build_report(config=cfg.to_report_dict(), cube=_cube_facts(job), grid=_grid_facts(cfg, job),
+        report = reports.build_report(config=cfg.to_report_dict(), cube=reports.cube_from_layout(job.layout),
+                                      grid=_grid_facts(cfg, job),
                                       ranks=records, mode="direct", baseline=baseline,
                                       settings=_settings_facts(job))
         _publish(cfg, report)
@@ -127,7 +115,8 @@ def stage(comm, cfg: RunConfig) -> dict | None:
     result = measure_staging(comm, cfg, job)
     if comm.Get_rank() != 0:
         return None
-    report = reports.build_report(config=cfg.to_report_dict(), cube=_cube_facts(job), grid=_grid_facts(cfg, job),
+    report = reports.build_report(config=cfg.to_report_dict(), cube=reports.cube_from_layout(job.layout),
+                                  grid=_grid_facts(cfg, job),
                                   ranks=result["records"], mode="staging", baseline=result["baseline"],
                                   settings=_settings_facts(job))
     _publish(cfg, report)
