@@ -99,21 +99,23 @@ class TunedRead:
 
 def tuned_read(source: str, region, *, method: str, **transport_options) -> TunedRead:
     """Read `region` as `python -m ingest run` does with strategy auto and threads/chunk on auto
-    (ingest.driver.job._tuned): open a 2-thread transport, read the header, tune the read with
+    (ingest.driver.job._tuned): open a transport for the probe, read the header (its first byte's time is the tuner's first latency), tune the read with
     ingest.autotune.tune_read (probe when the box repays it, then the plan the probed cost model
     predicts fastest, against the configured cost model's defaults as fallback), then read with
     the chosen strategy, threads, request size and gap on a transport sized for them (rank 0's
     probe transport is not the ranks' read transport in the driver either)."""
     from ingest.autotune import tune_read
+    from ingest.layout import read_layout_timed
     from ingest.planner import CostModel
+    from ingest.probe import LATENCY_THREADS
 
     t0 = time.perf_counter()
-    with open_transport(source, method, threads=2, **transport_options) as transport:
-        layout = read_layout(transport, 0)
+    with open_transport(source, method, threads=LATENCY_THREADS, **transport_options) as transport:
+        layout, header = read_layout_timed(transport, 0)
         info = transport.info
         sel = normalize(region, layout.shape)
         t_tune = time.perf_counter()
-        tuning, link = tune_read(transport, layout, sel, CostModel())
+        tuning, link = tune_read(transport, layout, sel, CostModel(), header=header)
         tune_s = time.perf_counter() - t_tune
     with open_transport(source, method, threads=tuning.threads, **transport_options) as transport:
         transport.adopt(info)
@@ -141,7 +143,7 @@ def tuned_sample(got: TunedRead) -> dict:
     return {"elapsed_s": got.elapsed_s, "probe_s": got.probe_s, "tune_s": got.tune_s,
             "elapsed_noprobe_s": got.elapsed_without_probe_s, "requests": got.requests,
             "wire_bytes": got.wire_bytes, "threads": got.tuning["threads"], "chunk_bytes": got.tuning["chunk_bytes"],
-            "choice": choice_text(got.tuning)}
+            "choice": choice_text(got.tuning), "reason": got.tuning["reason"]}
 
 
 def choices(samples: list[dict]) -> str:

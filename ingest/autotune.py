@@ -1,47 +1,76 @@
-"""Tune a read: probe the link when the read is big enough to repay it, then let the tuner pick
+"""Tune a read: probe the link for as long as the probe repays itself, then let the tuner pick
 the plan the cost model predicts fastest. Used by the driver (rank 0, once per job), `plan
---probe` and the benchmarks."""
+--probe` and the benchmarks.
+
+The probe runs round by round (ingest.probe), and a round runs only while the probe's time so
+far plus the round's own cost stays within PROBE_BUDGET_FRACTION of the read's predicted time,
+predicted with everything measured so far. Before the first round the model is the configured
+one with the latency and client CPU the header request showed, which cost nothing: on a 100 ms
+link that alone shows that a small box cannot repay a probe, and on a fast link the first
+round's bandwidth shows how short the read will be.
+"""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ingest.geometry import Layout
+from ingest.layout import HeaderTiming
 from ingest.planner import CostModel
-from ingest.probe import MiB, LinkProbe, probe_link
+from ingest.probe import ASSUMED_CPU_PER_BYTE_S, MiB, LinkProbe, LinkProber
 from ingest.region import Selection
 from ingest.transports.base import Transport
 from ingest.tuning import Tuning, choose, cost_from_probe, describe_probe
 
-# A probe costs about nine round trips (warm-up, three sequential and two concurrent rounds of
-# small reads, two bandwidth rounds) plus three bandwidth reads. It runs when the configured
-# model says the read will take at least this many times as long as the probe.
-PROBE_WORTH_FACTOR = 5.0
-PROBE_ROUND_TRIPS = 9
+# The benchmarks' target is auto within 5 % of the best plan, probe included.
+PROBE_BUDGET_FRACTION = 0.04
 PROBE_READ_MAX_BYTES = 8 * MiB
-PROBE_READ_MIN_BYTES = 256 << 10
+PROBE_READ_MIN_BYTES = 1 * MiB  # shrunk (to 64 KiB at least) when the budget has no room for it
 
 
 def probe_read_bytes(needed_bytes: int) -> int:
-    """Size of the probe's bandwidth reads: 1/32 of the read (so three of them cost about a tenth
-    of a bandwidth-bound read), within 256 KiB..8 MiB."""
+    """Size of the probe's bandwidth reads: 1/32 of the read, within 1..8 MiB."""
     return max(PROBE_READ_MIN_BYTES, min(PROBE_READ_MAX_BYTES, needed_bytes // 32))
+
+
+def hinted_cost(fallback: CostModel, header: HeaderTiming | None) -> CostModel:
+    """The configured model with the latency and client CPU the header request showed (and the
+    client CPU per byte assumed until a probe measures it)."""
+    if header is None or header.first_byte_s <= 0:
+        return fallback
+    return replace(fallback, latency_s=header.first_byte_s, cpu_per_request_s=min(header.cpu_s, header.first_byte_s),
+                   cpu_per_byte_s=ASSUMED_CPU_PER_BYTE_S)
 
 
 def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: CostModel, *,
               probe: bool = True, chunk_bytes: int | None = None, threads: int | None = None,
-              gap_bytes: int | None = None, ranks_sharing: int = 1) -> tuple[Tuning, LinkProbe | None]:
-    """(the chosen plan's settings, the probe or None). `sel` is the (largest) box to read."""
+              gap_bytes: int | None = None, ranks_sharing: int = 1, header: HeaderTiming | None = None,
+              budget_fraction: float = PROBE_BUDGET_FRACTION) -> tuple[Tuning, LinkProbe | None]:
+    """(the chosen plan's settings, the probe or None when no round repaid itself). `sel` is the
+    (largest) box to read; `header` how the header request went."""
     needed = layout.itemsize
     for n in sel.counts:
         needed *= n
-    model = (f"configured cost model ({fallback.latency_s * 1e3:g} ms per request, "
-             f"{fallback.bandwidth_bytes_per_s / 1e6:g} MB/s)")
-    tuning = choose(fallback, layout, sel, chunk_bytes=chunk_bytes, threads=threads, gap_bytes=gap_bytes, model=model)
-    probe_s = PROBE_ROUND_TRIPS * fallback.latency_s + 3 * probe_read_bytes(needed) / fallback.stream_bytes_per_s
-    # Judged as if the read's requests did not overlap: the configured model cannot know whether
-    # they will, and many small requests are exactly where a wrong guess costs most.
-    if not probe or tuning.predicted_s * tuning.threads < PROBE_WORTH_FACTOR * probe_s:
+    cost = hinted_cost(fallback, header)
+    how = "as the header request took" if cost is not fallback else "configured"
+    model = (f"configured cost model ({cost.latency_s * 1e3:.3g} ms per request, {how}; "
+             f"{cost.bandwidth_bytes_per_s / 1e6:g} MB/s)")
+
+    def tune(cost: CostModel, model: str) -> Tuning:
+        return choose(cost, layout, sel, chunk_bytes=chunk_bytes, threads=threads, gap_bytes=gap_bytes, model=model)
+
+    tuning = tune(cost, model)
+    if not probe:
         return tuning, None
-    link = probe_link(transport, layout.data_offset, layout.data_bytes, large_bytes=probe_read_bytes(needed))
-    cost = cost_from_probe(link, ranks_sharing=ranks_sharing)
-    tuning = choose(cost, layout, sel, chunk_bytes=chunk_bytes, threads=threads, gap_bytes=gap_bytes,
-                    model=describe_probe(link, cost, ranks_sharing))
-    return tuning, link
+    prober = LinkProber(transport, layout.data_offset, layout.data_bytes, large_bytes=probe_read_bytes(needed),
+                        latency_s=cost.latency_s if header else None,
+                        cpu_per_request_s=cost.cpu_per_request_s)
+    while prober.next_round:
+        left_s = budget_fraction * tuning.predicted_s - prober.spent_s
+        prober.fit_large_bytes(left_s, cost.latency_s, cost.stream_bytes_per_s)
+        if prober.next_round_s(cost.latency_s, cost.stream_bytes_per_s) > left_s:
+            break
+        prober.run_round()
+        link = prober.result()
+        cost = cost_from_probe(link, ranks_sharing=ranks_sharing)
+        tuning = tune(cost, describe_probe(link, cost, ranks_sharing))
+    return tuning, (prober.result() if prober.measured else None)

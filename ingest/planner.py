@@ -47,6 +47,12 @@ class CostModel:
     bandwidth_bytes_per_s: float = 75e6  # ~600 Mbit/s, the Nimbus <-> Acacia link
     stream_bandwidth_bytes_per_s: float | None = None  # None: one stream can fill the link
     latency_concurrency: float | None = None  # how many requests' latencies overlap; None: all threads
+    # The client's own CPU (from a probe): issuing and parsing a request is Python, serialized by
+    # the GIL whatever the thread count, and every byte is copied out of a socket and written to
+    # fresh output pages. On a fast link this, not the network, is what a read waits for. The
+    # part of latency_s that is this CPU does not overlap across threads; the rest does.
+    cpu_per_request_s: float = 0.0
+    cpu_per_byte_s: float = 0.0
 
     @property
     def stream_bytes_per_s(self) -> float:
@@ -64,10 +70,12 @@ class CostModel:
 
     def predict_s(self, n_requests: int, wire_bytes: int, threads: int) -> float:
         """Latencies overlap across threads (as far as the link lets them); bytes share the
-        bandwidth."""
+        bandwidth; the client's CPU work adds, whatever the thread count."""
         overlap = max(1, threads) if self.latency_concurrency is None else min(max(1, threads),
                                                                                 max(1.0, self.latency_concurrency))
-        return n_requests * self.latency_s / overlap + wire_bytes / self.bandwidth(threads)
+        waiting_s = max(0.0, self.latency_s - self.cpu_per_request_s)
+        return (n_requests * (waiting_s / overlap + self.cpu_per_request_s)
+                + wire_bytes * (1 / self.bandwidth(threads) + self.cpu_per_byte_s))
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,20 @@
 """Probe a source before reading it: latency L, per-stream bandwidth B, and whether streams add up.
 
-A handful of requests, all inside the cube's data: time to first byte of small ranges gives
-L (the per-request cost the study measured at ~2 ms on Acacia); one chunk-sized read gives B
-for one stream; the same read on two concurrent streams tells whether the link or the stream
-is the limit (a per-connection cap, like Toxiproxy's or a TCP window over a long path, lets
-more streams help; a saturated link does not).
+A few rounds of requests, all inside the cube's data, most informative first, so a caller can
+stop after any round when the rest would cost more than they could save (ingest.autotune does):
+
+1. stream: one chunk-sized read; its time to first byte is L, its transfer rate one stream's B;
+2. latency: two small reads in a row (L again, without the server's work for a big range), then
+   small reads on 4 threads at once: how far latencies overlap (on a real network they do; when
+   the "latency" is a busy server's or client's CPU, they do not);
+3. streams: the chunk-sized read on two connections at once: does a second stream add its B
+   (a per-connection cap, like Toxiproxy's or a TCP window over a long path) or share one link?
+
+Every round also takes this process's CPU time (all threads), so the client's own cost per
+request and per byte is known: on a fast link it, not the network, bounds a read.
+What a round that did not run would have measured is assumed: latencies overlap, a second stream
+adds nothing (so no plan leans on parallel streams nobody measured), and the client's CPU per
+byte is ASSUMED_CPU_PER_BYTE_S.
 """
 from __future__ import annotations
 
@@ -16,29 +26,38 @@ from dataclasses import asdict, dataclass
 from ingest.transports.base import Transport
 
 MiB = 1 << 20
-MIN_PROBE_READ_BYTES = 64 << 10  # below this a "bandwidth" read measures latency again
+# Below this a "bandwidth" read measures latency again (TCP slow start, a proxy's first chunk).
+MIN_PROBE_READ_BYTES = 256 << 10
 PROBE_MIN_DATA_BYTES = 1 * MiB  # smaller cubes are read faster than they could be probed
+CPU_PER_BYTE_MIN_READ_BYTES = 1 * MiB  # a smaller read's CPU per byte drowns in its CPU per request
+# Until a large enough read measures it: about what the kernel takes to copy a byte out of a
+# socket and to zero a fresh output page for it (measured here: 0.25-0.6 s/GiB).
+ASSUMED_CPU_PER_BYTE_S = 0.25 / (1 << 30)
+LATENCY_THREADS = 4  # connections the latency round uses (transports for probing need this many)
+ROUNDS = ("stream", "latency", "streams")
 
 
 @dataclass(frozen=True)
 class LinkProbe:
-    """What a probe measured."""
+    """What a probe measured (and, for rounds in ROUNDS but not in `measured`, assumed)."""
 
-    latency_s: float  # median time to first byte of a small range
+    latency_s: float  # time to first byte of a request
     stream_bandwidth_bytes_per_s: float  # one stream, chunk-sized read, latency excluded
     parallel_bandwidth_bytes_per_s: float  # aggregate of `streams` concurrent streams
     streams: int  # concurrent streams in the parallel measurement
     probe_bytes: int  # bytes the probe transferred
     probe_s: float  # wall time the probe took
-    latency_concurrency: float = float(4)  # small requests' speed-up on 4 threads (4 = fully overlapped)
-
+    latency_concurrency: float | None = float(LATENCY_THREADS)  # small requests' speed-up on 4 threads; None: unmeasured
+    measured: tuple[str, ...] = ROUNDS  # the rounds that ran
+    cpu_per_request_s: float = 0.0  # this process's CPU per small request (0: unmeasured)
+    cpu_per_byte_s: float = 0.0  # this process's CPU per byte of a large read, beyond its request
     @property
     def scaling(self) -> float:
         """Aggregate bandwidth of `streams` streams over one stream's (1 = link-limited)."""
         return self.parallel_bandwidth_bytes_per_s / self.stream_bandwidth_bytes_per_s
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "scaling": round(self.scaling, 3)}
+        return {**asdict(self), "measured": list(self.measured), "scaling": round(self.scaling, 3)}
 
 
 def _timed_read(transport: Transport, offset: int, nbytes: int) -> tuple[float, float]:
@@ -70,60 +89,129 @@ def _concurrently(fn, n: int) -> list:
     return results
 
 
-LATENCY_THREADS = 4
+class LinkProber:
+    """Runs the probe's rounds one at a time; `result()` is the probe so far."""
 
+    def __init__(self, transport: Transport, data_offset: int, data_bytes: int, *, small_bytes: int = 4096,
+                 large_bytes: int = 8 * MiB, streams: int = 2, latency_s: float | None = None,
+                 cpu_per_request_s: float = 0.0):
+        """latency_s and cpu_per_request_s: what an earlier small request (the header's) showed,
+        until the rounds measure them."""
+        if data_bytes < (streams + 1) * MIN_PROBE_READ_BYTES:
+            raise ValueError(f"probe_link: {data_bytes} data bytes is too little to measure a link "
+                             f"(need {(streams + 1) * MIN_PROBE_READ_BYTES})")
+        self.transport = transport
+        self.data_offset = data_offset
+        self.streams = streams
+        # Every read stays inside the data: streams + 1 large reads laid end to end.
+        self.large_bytes = max(MIN_PROBE_READ_BYTES, min(large_bytes, data_bytes // (streams + 1)))
+        self.small_bytes = min(small_bytes, self.large_bytes)
+        self._span = max(1, data_bytes - self.small_bytes)
+        self._n_small = 0
+        self._n_large = 0
+        self._spent_s = 0.0
+        self._latency_s = latency_s
+        self._small_first_bytes_s = [] if latency_s is None else [latency_s]  # small requests' times to first byte
+        self._cpu_per_request_s = cpu_per_request_s
+        self._cpu_per_byte_s = ASSUMED_CPU_PER_BYTE_S
+        self._stream_bw: float | None = None
+        self._parallel_bw: float | None = None
+        self._concurrency: float | None = None
+        self.measured: list[str] = []
 
-def probe_link(
-    transport: Transport,
-    data_offset: int,
-    data_bytes: int,
-    *,
-    small_bytes: int = 4096,
-    large_bytes: int = 8 * MiB,
-    streams: int = 2,
-) -> LinkProbe:
-    """Measure L and B with a few reads spread over [data_offset, data_offset + data_bytes).
+    # -- rounds ----------------------------------------------------------------------------------
+    @property
+    def spent_s(self) -> float:
+        """Wall time of the rounds run so far."""
+        return self._spent_s
 
-    1. every thread opens its connection with one small read (a cold connect is a one-off);
-    2. three small reads in a row: their median time to first byte is the latency L;
-    3. two small reads on each of 4 threads at once: how far latencies overlap;
-    4. one `large_bytes` read (one stream's bandwidth), then one on each of `streams` threads.
-    """
-    if data_bytes < (streams + 1) * MIN_PROBE_READ_BYTES:
-        raise ValueError(f"probe_link: {data_bytes} data bytes is too little to measure a link "
-                         f"(need {(streams + 1) * MIN_PROBE_READ_BYTES})")
-    t_start = time.perf_counter()
-    # Every read stays inside the data: streams + 1 large reads laid end to end.
-    large_bytes = max(MIN_PROBE_READ_BYTES, min(large_bytes, data_bytes // (streams + 1)))
-    small_bytes = min(small_bytes, large_bytes)
-    span = max(1, data_bytes - small_bytes)
-    n_small = 0
+    @property
+    def next_round(self) -> str | None:
+        return next((r for r in ROUNDS if r not in self.measured), None)
 
-    def small(k: int) -> tuple[float, float]:
+    def next_round_s(self, latency_s: float, stream_bytes_per_s: float) -> float:
+        """What the next round should cost on a link with this latency and stream bandwidth."""
+        large_s = latency_s + self.large_bytes / stream_bytes_per_s
+        return {"stream": large_s, "latency": 4 * latency_s, "streams": large_s}.get(self.next_round, 0.0)
+
+    def fit_large_bytes(self, within_s: float, latency_s: float, stream_bytes_per_s: float) -> None:
+        """Shrink the chunk-sized reads, before the first, so one takes about `within_s` (not
+        below MIN_PROBE_READ_BYTES: next_round_s then says the round does not fit)."""
+        if self._n_large == 0:
+            fits = (within_s - latency_s) * stream_bytes_per_s
+            self.large_bytes = max(MIN_PROBE_READ_BYTES, min(self.large_bytes, int(min(fits, self.large_bytes))))
+            self.small_bytes = min(self.small_bytes, self.large_bytes)
+
+    def run_round(self) -> None:
+        name = self.next_round
+        t0 = time.perf_counter()
+        getattr(self, f"_{name}")()
+        self._spent_s += time.perf_counter() - t0
+        self.measured.append(name)
+
+    def run_all(self) -> LinkProbe:
+        while self.next_round:
+            self.run_round()
+        return self.result()
+
+    def _small(self, k: int) -> tuple[float, float]:
         # spread through the cube so one cached block does not answer them all
-        return _timed_read(transport, data_offset + (k * 7919 * small_bytes) % span, small_bytes)
+        self._n_small += 1
+        offset = self.data_offset + (k * 7919 * self.small_bytes) % self._span
+        return _timed_read(self.transport, offset, self.small_bytes)
 
-    _concurrently(lambda k: small(k), LATENCY_THREADS)  # warm every connection
-    sequential = [small(LATENCY_THREADS + k) for k in range(3)]
-    latency_s = statistics.median(ttfb for ttfb, _ in sequential)
-    t0 = time.perf_counter()
-    _concurrently(lambda k: [small(16 + 2 * k + j) for j in range(2)], LATENCY_THREADS)
-    wall_s = time.perf_counter() - t0
-    n_small = LATENCY_THREADS + 3 + 2 * LATENCY_THREADS
-    one_s = statistics.median(total for _, total in sequential)
-    latency_concurrency = max(1.0, min(float(LATENCY_THREADS), 2 * LATENCY_THREADS * one_s / max(wall_s, 1e-6)))
-    ttfb_s, total_s = _timed_read(transport, data_offset, large_bytes)
-    stream_bw = large_bytes / max(total_s - ttfb_s, 1e-6)
-    # The same size on `streams` connections at once, at different offsets; each stream's
-    # transfer time excludes its own wait for the first byte.
-    timings = _concurrently(lambda k: _timed_read(transport, data_offset + (k + 1) * large_bytes, large_bytes), streams)
-    parallel_bw = streams * large_bytes / max(max(total - ttfb for ttfb, total in timings), 1e-6)
-    return LinkProbe(
-        latency_s=latency_s,
-        stream_bandwidth_bytes_per_s=stream_bw,
-        parallel_bandwidth_bytes_per_s=parallel_bw,
-        streams=streams,
-        probe_bytes=n_small * small_bytes + (1 + streams) * large_bytes,
-        probe_s=time.perf_counter() - t_start,
-        latency_concurrency=latency_concurrency,
-    )
+    def _large(self, k: int) -> tuple[float, float]:
+        self._n_large += 1
+        return _timed_read(self.transport, self.data_offset + k * self.large_bytes, self.large_bytes)
+
+    def _stream(self) -> None:
+        cpu0 = time.process_time()
+        ttfb_s, total_s = self._large(0)
+        cpu_s = time.process_time() - cpu0
+        self._latency_s = self._latency_s or ttfb_s  # a small request's, when known: no server work for a range in it
+        self._stream_bw = self.large_bytes / max(total_s - ttfb_s, 1e-6)
+        if self.large_bytes >= CPU_PER_BYTE_MIN_READ_BYTES:
+            self._cpu_per_byte_s = max(0.0, cpu_s - self._cpu_per_request_s) / self.large_bytes
+
+    def _latency(self) -> None:
+        cpu0 = time.process_time()
+        sequential = [self._small(k) for k in range(2)]
+        self._cpu_per_request_s = (time.process_time() - cpu0) / 2
+        self._small_first_bytes_s += [ttfb for ttfb, _ in sequential]
+        self._latency_s = statistics.median(self._small_first_bytes_s)
+        one_s = statistics.median(total for _, total in sequential)
+        walls = []
+        for wave in range(2):  # the first wave also opens the other threads' connections
+            t0 = time.perf_counter()
+            _concurrently(lambda k: self._small(2 + LATENCY_THREADS * (wave + 1) + k), LATENCY_THREADS)
+            walls.append(time.perf_counter() - t0)
+        self._concurrency = max(1.0, min(float(LATENCY_THREADS), LATENCY_THREADS * one_s / max(min(walls), 1e-6)))
+
+    def _streams(self) -> None:
+        # Each stream's transfer time excludes its own wait for the first byte.
+        timings = _concurrently(lambda k: self._large(k + 1), self.streams)
+        self._parallel_bw = self.streams * self.large_bytes / max(max(total - ttfb for ttfb, total in timings), 1e-6)
+
+    def result(self) -> LinkProbe:
+        if not self.measured:
+            raise ValueError("probe: no round has run")
+        stream_bw = self._stream_bw or 0.0
+        return LinkProbe(
+            latency_s=self._latency_s,
+            stream_bandwidth_bytes_per_s=stream_bw,
+            parallel_bandwidth_bytes_per_s=self._parallel_bw or stream_bw,
+            streams=self.streams,
+            probe_bytes=self._n_small * self.small_bytes + self._n_large * self.large_bytes,
+            probe_s=self.spent_s,
+            latency_concurrency=self._concurrency,
+            measured=tuple(self.measured),
+            cpu_per_request_s=self._cpu_per_request_s,
+            cpu_per_byte_s=self._cpu_per_byte_s,
+        )
+
+
+def probe_link(transport: Transport, data_offset: int, data_bytes: int, *, small_bytes: int = 4096,
+               large_bytes: int = 8 * MiB, streams: int = 2) -> LinkProbe:
+    """Every round: L and B from reads spread over [data_offset, data_offset + data_bytes)."""
+    return LinkProber(transport, data_offset, data_bytes, small_bytes=small_bytes, large_bytes=large_bytes,
+                      streams=streams).run_all()

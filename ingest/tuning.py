@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ingest.geometry import Layout
 from ingest.planner import UNLIMITED_GAP, CostModel, Plan, make_plan
-from ingest.probe import LinkProbe
+from ingest.probe import LATENCY_THREADS, ROUNDS, LinkProbe
 from ingest.region import Selection
 
 MiB = 1 << 20
@@ -50,6 +50,8 @@ class Tuning:
             "stream_bandwidth_bytes_per_s": self.cost.stream_bytes_per_s,
             "link_bandwidth_bytes_per_s": self.cost.bandwidth_bytes_per_s,
             "latency_concurrency": self.cost.latency_concurrency,
+            "cpu_per_request_s": self.cost.cpu_per_request_s,
+            "cpu_per_byte_s": self.cost.cpu_per_byte_s,
             "strategy": self.strategy,
             "chunk_bytes": self.chunk_bytes,
             "threads": self.threads,
@@ -64,18 +66,27 @@ def streams_add_up(probe: LinkProbe) -> bool:
     return probe.scaling >= SCALING_FRACTION * probe.streams
 
 
+def overlap_of(measured: float | None) -> float | None:
+    """How many requests' latencies overlap: the probe's measure when it saw them serialize
+    (LATENCY_THREADS is the most it can see; near that, no limit is known: None)."""
+    return measured if measured is not None and measured < 0.9 * LATENCY_THREADS else None
+
+
 def cost_from_probe(probe: LinkProbe, threads_max: int = THREADS_MAX, ranks_sharing: int = 1) -> CostModel:
     """A CostModel for one rank. When streams add up (a per-connection cap), the link is what
     threads_max streams get; when they saturate, it is the measured aggregate, shared by the
     `ranks_sharing` ranks on the probing rank's node (the probe ran alone; the job will not)."""
     per_stream = probe.stream_bandwidth_bytes_per_s
-    if streams_add_up(probe):
+    if "streams" not in probe.measured:  # unknown: one stream's worth, not divided among ranks
+        link = per_stream
+    elif streams_add_up(probe):
         link = per_stream * threads_max
     else:
         link = max(per_stream, probe.parallel_bandwidth_bytes_per_s) / max(1, ranks_sharing)
     return CostModel(latency_s=probe.latency_s, bandwidth_bytes_per_s=link,
                      stream_bandwidth_bytes_per_s=min(per_stream, link),
-                     latency_concurrency=probe.latency_concurrency)
+                     latency_concurrency=overlap_of(probe.latency_concurrency),
+                     cpu_per_request_s=probe.cpu_per_request_s, cpu_per_byte_s=probe.cpu_per_byte_s)
 
 
 def _candidates(layout: Layout, sel: Selection, cost: CostModel, chunks, threads_options, gap_bytes=None):
@@ -97,12 +108,19 @@ def _candidates(layout: Layout, sel: Selection, cost: CostModel, chunks, threads
 
 
 def describe_probe(probe: LinkProbe, cost: CostModel, ranks_sharing: int = 1) -> str:
-    """What the probe saw, in words, for the tuning reason."""
+    """What the probe saw (and what it assumed, for rounds it skipped), in words."""
     links = "streams add up" if streams_add_up(probe) else "streams share the link"
+    if "streams" not in probe.measured:
+        links = "one stream assumed"
     shared = f", shared by {ranks_sharing} ranks per node" if ranks_sharing > 1 and not streams_add_up(probe) else ""
-    return (f"probe: latency {cost.latency_s * 1e3:.2f} ms (overlapping {probe.latency_concurrency:.1f}x on 4 "
-            f"threads), {cost.stream_bytes_per_s / 1e6:.0f} MB/s per stream, {links} ({probe.scaling:.2f}x on "
-            f"{probe.streams}){shared}")
+    overlap = (f"overlapping {probe.latency_concurrency:.1f}x on 4 threads" if "latency" in probe.measured
+               else "overlap assumed")
+    scaling = f"{probe.scaling:.2f}x on {probe.streams}" if "streams" in probe.measured else "not measured"
+    skipped = [r for r in ROUNDS if r not in probe.measured]
+    cut = f"; rounds not worth their time: {', '.join(skipped)}" if skipped else ""
+    return (f"probe: latency {cost.latency_s * 1e3:.2f} ms ({overlap}), {cost.stream_bytes_per_s / 1e6:.0f} MB/s "
+            f"per stream, {links} ({scaling}){shared}, client CPU {cost.cpu_per_request_s * 1e3:.2f} ms per "
+            f"request + {cost.cpu_per_byte_s * 2**30:.2f} s/GiB{cut}")
 
 
 def choose(cost: CostModel, layout: Layout, sel: Selection, *, chunk_bytes: int | None = None,

@@ -1,12 +1,17 @@
 """The self-tuner: pure rules over probe results, and a real probe against the local server."""
+import time
+from dataclasses import replace
+
 import pytest
+from astropy.io import fits
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ingest.autotune import tune_read
 from ingest.geometry import Layout
 from ingest.planner import STRATEGIES, CostModel, make_plan
-from ingest.probe import LinkProbe, probe_link
+from ingest.layout import HeaderTiming, read_layout, read_layout_timed
+from ingest.probe import MIN_PROBE_READ_BYTES, ROUNDS, LinkProbe, LinkProber, probe_link
 from ingest.region import normalize
 from ingest.transports import MemoryTransport, open_transport
 from ingest.tuning import CHUNK_CANDIDATES, NEAR_BEST, THREAD_CANDIDATES, choose, cost_from_probe
@@ -109,7 +114,7 @@ def test_cost_model_without_stream_bandwidth_is_the_old_one():
 
 def test_probe_reads_stay_inside_the_data():
     """Any data size from the minimum up: no read leaves [data_offset, data_offset + data_bytes)."""
-    for data_bytes in (3 * 64 * 1024, 200_000, 3 * MiB, 40 * MiB):
+    for data_bytes in (3 * 256 * 1024, 800_000, 3 * MiB, 40 * MiB):
         blob = b"h" * 2880 + bytes(data_bytes)
         seen = []
 
@@ -148,3 +153,86 @@ def test_reads_that_repay_a_probe_are_probed():
     t = MemoryTransport(blob)
     tuning, probe = tune_read(t, layout, normalize((), layout.shape), CostModel())
     assert probe is not None and t.requests > 0 and tuning.reason.startswith("probe:")
+
+
+class SlowTransport(MemoryTransport):
+    """In-memory bytes behind a fixed per-request wait: a link of known latency, no network."""
+
+    def __init__(self, blob: bytes, latency_s: float):
+        super().__init__(blob)
+        self.latency_s = latency_s
+
+    def read_into(self, buffer, offset):
+        time.sleep(self.latency_s)
+        super().read_into(buffer, offset)
+        return self.latency_s
+
+
+def cube_blob(planes: int):
+    layout = Layout("m", 0, (planes, 512, 512), -32, 0, 2880, 2880 + planes * MiB)
+    return layout, b"h" * 2880 + bytes(planes * MiB)
+
+
+def test_header_timing_and_layout():
+    layout, blob = cube_blob(4)
+    header = fits.Header({"SIMPLE": True, "BITPIX": -32, "NAXIS": 3, "NAXIS1": 512, "NAXIS2": 512, "NAXIS3": 4})
+    raw = header.tostring().encode("ascii")
+    t = SlowTransport(raw + bytes(4 * MiB), 0.01)
+    got, timing = read_layout_timed(t)
+    assert got == read_layout(t) and got.shape == (4, 512, 512)
+    assert timing.first_byte_s == 0.01 and 0 <= timing.cpu_s < 0.01  # sleeping is not CPU
+
+
+def test_a_slow_link_and_a_small_box_skip_the_probe():
+    """100 ms per request: a box of one 1 MiB plane cannot repay even one probe round."""
+    layout, blob = cube_blob(64)
+    t = SlowTransport(blob, 0.1)
+    tuning, probe = tune_read(t, layout, normalize((slice(0, 1),), layout.shape), CostModel(),
+                              header=HeaderTiming(0.1, 0.0005))
+    assert probe is None and t.requests == 0
+    assert tuning.cost.latency_s == 0.1 and "as the header request took" in tuning.reason
+
+
+def test_probe_rounds_stop_at_the_budget():
+    layout, blob = cube_blob(64)
+    sel = normalize((), layout.shape)
+    everything = tune_read(MemoryTransport(blob), layout, sel, CostModel(), budget_fraction=float("inf"))[1]
+    assert everything.measured == ROUNDS
+    t = MemoryTransport(blob)
+    nothing = tune_read(t, layout, sel, CostModel(), budget_fraction=0.0)
+    assert nothing[1] is None and t.requests == 0
+    # A 5 ms link and a 64 MiB read predicted at ~0.9 s: 4 % of it pays for the first round only.
+    t = SlowTransport(blob, 0.005)
+    tuning, probe = tune_read(t, layout, sel, CostModel(), header=HeaderTiming(0.005, 0.0))
+    assert probe.measured == ("stream",) and "rounds not worth their time: latency, streams" in tuning.reason
+    assert probe.probe_s < 0.04 * 0.9 * 1.5
+    assert probe.parallel_bandwidth_bytes_per_s == probe.stream_bandwidth_bytes_per_s  # unmeasured: one stream
+
+
+def test_probe_read_shrinks_to_the_budget_but_not_below_the_minimum():
+    layout, blob = cube_blob(64)
+    p = LinkProber(MemoryTransport(blob), layout.data_offset, layout.data_bytes, large_bytes=8 * MiB)
+    p.fit_large_bytes(0.011, 0.001, 100e6)  # 10 ms at 100 MB/s
+    assert p.large_bytes == pytest.approx(1_000_000, abs=1)
+    p.fit_large_bytes(0.0, 0.001, 100e6)
+    assert p.large_bytes == MIN_PROBE_READ_BYTES
+    assert p.next_round_s(0.001, 100e6) > 0.0
+
+
+def test_client_cpu_adds_to_the_prediction():
+    base = CostModel(latency_s=0.002, bandwidth_bytes_per_s=1e9)
+    cpu = replace(base, cpu_per_request_s=0.0005, cpu_per_byte_s=1e-9)
+    # waiting (1.5 ms) overlaps on 4 threads, the 0.5 ms of CPU per request and 1 ns per byte do not
+    assert cpu.predict_s(100, 10**8, 4) == pytest.approx(100 * (0.0015 / 4 + 0.0005) + 10**8 * (1e-9 + 1e-9))
+    assert base.predict_s(100, 10**8, 4) == pytest.approx(100 * 0.002 / 4 + 0.1)
+    assert cpu.predict_s(100, 0, 16) > 100 * 0.0005  # threads never hide CPU
+
+
+def test_real_probe_measures_client_cpu(s3_server, s3_env):
+    bucket = s3_server.make_bucket("probe-cpu-bucket")
+    s3_server.client().put_object(Bucket=bucket, Key="blob", Body=bytes(24 * MiB))
+    with open_transport(f"s3://{bucket}/blob", threads=4) as t:
+        p = probe_link(t, 0, 24 * MiB)
+    assert p.measured == ROUNDS
+    assert 0 < p.cpu_per_request_s < 0.05 and p.cpu_per_byte_s >= 0
+    assert p.latency_concurrency is not None and 1.0 <= p.latency_concurrency <= 4.0

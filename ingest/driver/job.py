@@ -15,9 +15,9 @@ from ingest.decompose import grid_boxes, resolve_grid
 from ingest.driver.source import ensure_lifetime, resolve_source
 from ingest.errors import ConfigError
 from ingest.geometry import Layout
-from ingest.layout import read_layout
+from ingest.layout import HeaderTiming, read_layout_timed
 from ingest.planner import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, CostModel
-from ingest.probe import PROBE_MIN_DATA_BYTES
+from ingest.probe import LATENCY_THREADS, PROBE_MIN_DATA_BYTES
 from ingest.region import box_to_region, normalize, parse_region
 from ingest.retry import RetryPolicy
 from ingest.transports import ObjectInfo, Transport, open_transport
@@ -89,13 +89,14 @@ def _configured(cfg: RunConfig) -> Settings:
 
 
 def _tuned(cfg: RunConfig, configured: Settings, transport: Transport, layout: Layout, box,
-           ranks_per_node: int) -> Settings:
+           ranks_per_node: int, header: HeaderTiming) -> Settings:
     """strategy auto: probe (when the box repays it) and pick the plan predicted fastest."""
     from ingest.autotune import tune_read
 
     sel = normalize(box_to_region(box), layout.shape)
     tuning, link = tune_read(transport, layout, sel, configured.cost, probe=cfg.probe, chunk_bytes=cfg.chunk_bytes,
-                             threads=cfg.threads, gap_bytes=cfg.max_gap_bytes, ranks_sharing=ranks_per_node)
+                             threads=cfg.threads, gap_bytes=cfg.max_gap_bytes, ranks_sharing=ranks_per_node,
+                             header=header)
     return Settings(tuning.strategy, tuning.threads, tuning.chunk_bytes, tuning.max_gap_bytes, tuning.cost,
                     {"probe": link.as_dict() if link else None, **tuning.as_dict()})
 
@@ -124,8 +125,9 @@ def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1, staging: 
     if method == "presigned":
         read_source = ensure_lifetime(read_source, signer_args, 60.0, cfg)  # enough for header and probe
     settings = _configured(cfg)
-    with open_transport(read_source, method, threads=2, **transport_options(cfg)) as transport:
-        layout = read_layout(transport, cfg.hdu, retry_policy(cfg))
+    # Sized for the probe's latency round, which reads on LATENCY_THREADS connections at once.
+    with open_transport(read_source, method, threads=LATENCY_THREADS, **transport_options(cfg)) as transport:
+        layout, header = read_layout_timed(transport, cfg.hdu, retry_policy(cfg))
         info = transport.info
         if staging:
             from ingest.stage import check_space
@@ -135,7 +137,7 @@ def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1, staging: 
             # The grid depends on the link too, so tune for the largest box a first grid gives
             # (decompose puts a largest box at rank 0).
             _, _, boxes = _decompose(cfg, settings, layout, n_ranks)
-            settings = _tuned(cfg, settings, transport, layout, boxes[0], ranks_per_node)
+            settings = _tuned(cfg, settings, transport, layout, boxes[0], ranks_per_node, header)
     grid_fits, reason, boxes = _decompose(cfg, settings, layout, n_ranks)
     estimate_s = max(plan_box(cfg, settings, layout, box)[1].predicted_s(settings.cost, settings.threads)
                      for box in boxes)
