@@ -134,7 +134,9 @@ def choice_text(tuning: dict) -> str:
     gap = tuning.get("max_gap_bytes")
     if strategy == "auto" and gap is not None:
         strategy += f" (gap {gap / 1024:.0f} KiB)"
-    probed = "probed" if tuning.get("probe") else "no probe (box too small to repay one)"
+    probe = tuning.get("probe")
+    probed = (f"probed ({'+'.join(probe.get('measured', ['all']))})" if probe
+              else "no probe (no round would repay itself)")
     return f"{strategy}, {tuning['threads']} thr x {tuning['chunk_bytes'] / (1 << 20):.3g} MiB, {probed}"
 
 

@@ -94,7 +94,8 @@ def manual_candidate(name: str, url: str, region, want, *, strategy: str, thread
 
 
 def auto_candidate(url: str, region, want) -> common.Candidate:
-    info = {"strategy": "auto", "call": "bench.reads.tuned_read: header, probe_link, tuning.choose, read"}
+    info = {"strategy": "auto", "call": "bench.reads.tuned_read: header, autotune.tune_read (budgeted probe, "
+                                        "tuning.choose), read"}
 
     def run() -> dict:
         cpu0 = common.cpu_self_s()
@@ -212,8 +213,9 @@ def run(env: common.BenchEnv, args) -> dict:
         "notes": [
             "ratio = auto's elapsed / the best manual candidate's elapsed, paired by interleaved round; "
             "best = lowest median among large, intermediate, small (4 threads, 16 MiB) and the sweep's winner.",
-            "auto's time includes opening, the header, the probe (a few small reads and three "
-            "chunk-sized reads) and the read; '(no probe)' subtracts the probe.",
+            "auto's time includes opening, the header, the probe (the rounds that fit in 4 % of the "
+            "read's predicted time: none, one chunk-sized read, + small reads, + two parallel reads) and "
+            "the read; '(no probe)' subtracts the probe.",
             "Manual reads use read_subcube's defaults for everything but strategy (and the sweep's "
             "threads/chunk); the probe-fed cost model is only used to predict `small` and to skip it.",
             "The sweep (one round of every distinct (strategy, chunk, threads) plan) runs first and is the "
