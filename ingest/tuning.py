@@ -112,7 +112,8 @@ def describe_probe(probe: LinkProbe, cost: CostModel, ranks_sharing: int = 1) ->
     links = "streams add up" if streams_add_up(probe) else "streams share the link"
     if "streams" not in probe.measured:
         links = "one stream assumed"
-    shared = f", shared by {ranks_sharing} ranks per node" if ranks_sharing > 1 and not streams_add_up(probe) else ""
+    shared = (f", shared by {ranks_sharing} ranks per node"
+              if ranks_sharing > 1 and "streams" in probe.measured and not streams_add_up(probe) else "")
     overlap = (f"overlapping {probe.latency_concurrency:.1f}x on 4 threads" if "latency" in probe.measured
                else "overlap assumed")
     scaling = f"{probe.scaling:.2f}x on {probe.streams}" if "streams" in probe.measured else "not measured"
