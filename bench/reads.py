@@ -99,9 +99,9 @@ class TunedRead:
 
 def tuned_read(source: str, region, *, method: str, **transport_options) -> TunedRead:
     """Read `region` as `python -m ingest run` does with strategy auto and threads/chunk on auto
-    (ingest.driver.job._tuned): open a transport for the probe, read the header (its first byte's time is the tuner's first latency), tune the read with
-    ingest.autotune.tune_read (probe when the box repays it, then the plan the probed cost model
-    predicts fastest, against the configured cost model's defaults as fallback), then read with
+    (ingest.driver.job._tuned): open a transport for the probe, read the header (timed: the
+    tuner's first latency and CPU per request), tune the read with ingest.autotune.tune_read (the
+    probe rounds that fit its budget, then the plan the cost model predicts fastest), then read with
     the chosen strategy, threads, request size and gap on a transport sized for them (rank 0's
     probe transport is not the ranks' read transport in the driver either)."""
     from ingest.autotune import tune_read

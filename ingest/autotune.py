@@ -24,7 +24,7 @@ from ingest.tuning import Tuning, choose, cost_from_probe, describe_probe
 # The benchmarks' target is auto within 5 % of the best plan, probe included.
 PROBE_BUDGET_FRACTION = 0.04
 PROBE_READ_MAX_BYTES = 8 * MiB
-PROBE_READ_MIN_BYTES = 1 * MiB  # shrunk (to 64 KiB at least) when the budget has no room for it
+PROBE_READ_MIN_BYTES = 1 * MiB  # shrunk (to probe.MIN_PROBE_READ_BYTES) when the budget has no room
 
 
 def probe_read_bytes(needed_bytes: int) -> int:
@@ -51,7 +51,8 @@ def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: Co
     for n in sel.counts:
         needed *= n
     cost = hinted_cost(fallback, header)
-    how = "as the header request took" if cost is not fallback else "configured"
+    hinted = cost is not fallback  # the header's figures are measurements; the configured ones are not
+    how = "as the header request took" if hinted else "configured"
     model = (f"configured cost model ({cost.latency_s * 1e3:.3g} ms per request, {how}; "
              f"{cost.bandwidth_bytes_per_s / 1e6:g} MB/s)")
 
@@ -62,7 +63,7 @@ def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: Co
     if not probe:
         return tuning, None
     prober = LinkProber(transport, layout.data_offset, layout.data_bytes, large_bytes=probe_read_bytes(needed),
-                        latency_s=cost.latency_s if header else None,
+                        latency_s=cost.latency_s if hinted else None,
                         cpu_per_request_s=cost.cpu_per_request_s)
     while prober.next_round:
         left_s = budget_fraction * tuning.predicted_s - prober.spent_s

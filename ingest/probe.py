@@ -51,6 +51,7 @@ class LinkProbe:
     measured: tuple[str, ...] = ROUNDS  # the rounds that ran
     cpu_per_request_s: float = 0.0  # this process's CPU per small request (0: unmeasured)
     cpu_per_byte_s: float = 0.0  # this process's CPU per byte of a large read, beyond its request
+
     @property
     def scaling(self) -> float:
         """Aggregate bandwidth of `streams` streams over one stream's (1 = link-limited)."""
@@ -110,8 +111,8 @@ class LinkProber:
         self._n_small = 0
         self._n_large = 0
         self._spent_s = 0.0
-        self._latency_s = latency_s
         self._small_first_bytes_s = [] if latency_s is None else [latency_s]  # small requests' times to first byte
+        self._large_first_byte_s: float | None = None
         self._cpu_per_request_s = cpu_per_request_s
         self._cpu_per_byte_s = ASSUMED_CPU_PER_BYTE_S
         self._stream_bw: float | None = None
@@ -132,6 +133,7 @@ class LinkProber:
     def next_round_s(self, latency_s: float, stream_bytes_per_s: float) -> float:
         """What the next round should cost on a link with this latency and stream bandwidth."""
         large_s = latency_s + self.large_bytes / stream_bytes_per_s
+        # latency: two small requests in a row, then two waves on LATENCY_THREADS threads
         return {"stream": large_s, "latency": 4 * latency_s, "streams": large_s}.get(self.next_round, 0.0)
 
     def fit_large_bytes(self, within_s: float, latency_s: float, stream_bytes_per_s: float) -> None:
@@ -168,7 +170,7 @@ class LinkProber:
         cpu0 = time.process_time()
         ttfb_s, total_s = self._large(0)
         cpu_s = time.process_time() - cpu0
-        self._latency_s = self._latency_s or ttfb_s  # a small request's, when known: no server work for a range in it
+        self._large_first_byte_s = ttfb_s
         self._stream_bw = self.large_bytes / max(total_s - ttfb_s, 1e-6)
         if self.large_bytes >= CPU_PER_BYTE_MIN_READ_BYTES:
             self._cpu_per_byte_s = max(0.0, cpu_s - self._cpu_per_request_s) / self.large_bytes
@@ -178,7 +180,6 @@ class LinkProber:
         sequential = [self._small(k) for k in range(2)]
         self._cpu_per_request_s = (time.process_time() - cpu0) / 2
         self._small_first_bytes_s += [ttfb for ttfb, _ in sequential]
-        self._latency_s = statistics.median(self._small_first_bytes_s)
         one_s = statistics.median(total for _, total in sequential)
         walls = []
         for wave in range(2):  # the first wave also opens the other threads' connections
@@ -192,12 +193,20 @@ class LinkProber:
         timings = _concurrently(lambda k: self._large(k + 1), self.streams)
         self._parallel_bw = self.streams * self.large_bytes / max(max(total - ttfb for ttfb, total in timings), 1e-6)
 
+    @property
+    def latency_s(self) -> float | None:
+        """Small requests' median time to first byte; else a large read's (which includes the
+        server's work for its range)."""
+        if self._small_first_bytes_s:
+            return statistics.median(self._small_first_bytes_s)
+        return self._large_first_byte_s
+
     def result(self) -> LinkProbe:
         if not self.measured:
             raise ValueError("probe: no round has run")
         stream_bw = self._stream_bw or 0.0
         return LinkProbe(
-            latency_s=self._latency_s,
+            latency_s=self.latency_s,
             stream_bandwidth_bytes_per_s=stream_bw,
             parallel_bandwidth_bytes_per_s=self._parallel_bw or stream_bw,
             streams=self.streams,

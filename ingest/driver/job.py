@@ -90,7 +90,7 @@ def _configured(cfg: RunConfig) -> Settings:
 
 def _tuned(cfg: RunConfig, configured: Settings, transport: Transport, layout: Layout, box,
            ranks_per_node: int, header: HeaderTiming) -> Settings:
-    """strategy auto: probe (when the box repays it) and pick the plan predicted fastest."""
+    """strategy auto: probe (the rounds that repay themselves) and pick the plan predicted fastest."""
     from ingest.autotune import tune_read
 
     sel = normalize(box_to_region(box), layout.shape)
