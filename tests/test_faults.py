@@ -536,12 +536,18 @@ def _open_direct(method, s3_server, bucket, key, threads=1):
     return open_transport(f"s3://{bucket}/{key}", "s3", threads=threads)
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_object_replaced_between_open_and_read(cube, s3_server, s3_env, method):
-    client, key = s3_server.client(), f"replaced/open-{method}.fits"
+def _uploaded_and_opened(cube, s3_server, method, key):
+    """(client, transport, opened plan) for a fresh copy of the cube at `key`."""
+    client = s3_server.client()
     client.put_object(Bucket=cube["bucket"], Key=key, Body=cube["bytes"])
     transport = _open_direct(method, s3_server, cube["bucket"], key)
-    opened = open_plan(transport)
+    return client, transport, open_plan(transport)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_object_replaced_between_open_and_read(cube, s3_server, s3_env, method):
+    key = f"replaced/open-{method}.fits"
+    client, transport, opened = _uploaded_and_opened(cube, s3_server, method, key)
     client.put_object(Bucket=cube["bucket"], Key=key, Body=_new_version(cube))
     err, elapsed_s = expect_error(ObjectChangedError, read, transport, opened, threads=1)
     assert "changed" in str(err) and key in str(err)
@@ -550,10 +556,8 @@ def test_object_replaced_between_open_and_read(cube, s3_server, s3_env, method):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_object_replaced_mid_read(cube, s3_server, s3_env, method):
-    client, key = s3_server.client(), f"replaced/mid-{method}.fits"
-    client.put_object(Bucket=cube["bucket"], Key=key, Body=cube["bytes"])
-    transport = _open_direct(method, s3_server, cube["bucket"], key)
-    opened = open_plan(transport)
+    key = f"replaced/mid-{method}.fits"
+    client, transport, opened = _uploaded_and_opened(cube, s3_server, method, key)
     finished = []
 
     def replace_after_first(nbytes):
