@@ -14,11 +14,11 @@ import sys
 
 try:
     from ingest.errors import IngestError
-    from ingest.report import load_report
+    from ingest.outputs.report import load_report
 except ModuleNotFoundError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from ingest.errors import IngestError
-    from ingest.report import load_report
+    from ingest.outputs.report import load_report
 
 MiB = 1024 * 1024
 

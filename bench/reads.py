@@ -12,9 +12,9 @@ import numpy as np
 
 from bench.common import Cube
 from ingest.api import plan_read, read_selection
-from ingest.layout import read_layout
-from ingest.region import normalize
-from ingest.transports import open_transport
+from ingest.formats.reader import read_layout
+from ingest.core.region import normalize
+from ingest.io.transports import open_transport
 
 
 # -- boxes, numpy order (channels, y, x) ---------------------------------------------------------
@@ -100,14 +100,14 @@ class TunedRead:
 def tuned_read(source: str, region, *, method: str, **transport_options) -> TunedRead:
     """Read `region` as `python -m ingest run` does with strategy auto and threads/chunk on auto
     (ingest.driver.job._tuned): open a transport for the probe, read the header (timed: the
-    tuner's first latency and CPU per request), tune the read with ingest.autotune.tune_read (the
+    tuner's first latency and CPU per request), tune the read with ingest.io.autotune.tune_read (the
     probe rounds that fit its budget, then the plan the cost model predicts fastest), then read with
     the chosen strategy, threads, request size and gap on a transport sized for them (rank 0's
     probe transport is not the ranks' read transport in the driver either)."""
-    from ingest.autotune import tune_read
-    from ingest.layout import read_layout_timed
-    from ingest.planner import CostModel
-    from ingest.probe import LATENCY_THREADS
+    from ingest.io.autotune import tune_read
+    from ingest.formats.reader import read_layout_timed
+    from ingest.core.planner import CostModel
+    from ingest.io.probe import LATENCY_THREADS
 
     t0 = time.perf_counter()
     with open_transport(source, method, threads=LATENCY_THREADS, **transport_options) as transport:
@@ -169,7 +169,7 @@ def layout_of(source: str, method: str, **transport_options):
 def plan_summary(layout, region, *, strategy: str, chunk_bytes: int, threads: int, cost=None,
                  max_gap_bytes: int | None = None) -> dict:
     """What read_subcube will do for these settings (requests, wire bytes, amplification, ...)."""
-    from ingest.planner import CostModel
+    from ingest.core.planner import CostModel
 
     cost = cost or CostModel()
     _, plan = plan_read(layout, region, strategy=strategy, chunk_bytes=chunk_bytes,

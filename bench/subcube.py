@@ -69,7 +69,7 @@ def astropy_candidate(name: str, url: str, region: tuple, want, block_bytes: int
 
 
 def ingest_tuned_candidate(name: str, url: str, region: tuple, want, server_pid: int) -> common.Candidate:
-    info = {"reader": "bench.reads.tuned_read: open, header, probe, ingest.tuning.choose, read (strategy auto)"}
+    info = {"reader": "bench.reads.tuned_read: open, header, probe, ingest.core.tuning.choose, read (strategy auto)"}
 
     def run() -> dict:
         srv0, cpu0 = common.cpu_pid_s(server_pid), common.cpu_self_s()

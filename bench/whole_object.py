@@ -27,8 +27,8 @@ import numpy as np
 
 import ingest
 from bench import common, links, reads
-from ingest.presign import redact_url
-from ingest.synth import voxel_values
+from ingest.io.presign import redact_url
+from ingest.tools.synth import voxel_values
 from ingest.units import MiB
 
 NAME = "whole_object"
@@ -88,7 +88,7 @@ def tuned_candidate(name: str, source: str, cube: common.Cube, server_pid: int, 
                     **transport_options) -> common.Candidate:
     """The self-tuned read (header, probe, choose, read: bench.reads.tuned_read), probe included;
     the sample also carries the time and throughput without the probe, and what was chosen."""
-    info = {"reader": "bench.reads.tuned_read (strategy auto, probe, ingest.tuning.choose)", "method": method,
+    info = {"reader": "bench.reads.tuned_read (strategy auto, probe, ingest.core.tuning.choose)", "method": method,
             "region": "()", "source": redact_url(source) if method == "presigned" else source,
             "bytes_counted": "data bytes returned; elapsed_s includes open, header and probe"}
 

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ingest.executor import ReadStats, execute
-from ingest.geometry import Layout
-from ingest.layout import read_layout
-from ingest.planner import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, CostModel, Plan, make_plan
-from ingest.retry import RetryPolicy
-from ingest.region import Selection, normalize
-from ingest.transports import Transport, open_transport
+from ingest.io.executor import ReadStats, execute
+from ingest.formats.fits import Layout
+from ingest.formats.reader import read_layout
+from ingest.core.planner import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, CostModel, Plan, make_plan
+from ingest.io.retry import RetryPolicy
+from ingest.core.region import Selection, normalize
+from ingest.io.transports import Transport, open_transport
 
 
 

@@ -18,11 +18,11 @@ COMMANDS = {
     "stage": "ingest.driver",
     "info": "ingest.commands",
     "plan": "ingest.commands",
-    "report": "ingest.report",
-    "soak": "ingest.soak",
-    "synth": "ingest.synth",
-    "upload": "ingest.upload",
-    "presign": "ingest.presign",
+    "report": "ingest.outputs.report",
+    "soak": "ingest.tools.soak",
+    "synth": "ingest.tools.synth",
+    "upload": "ingest.tools.upload",
+    "presign": "ingest.io.presign",
 }
 
 

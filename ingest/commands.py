@@ -4,13 +4,13 @@ from __future__ import annotations
 import json
 
 from ingest.api import plan_read
-from ingest.layout import read_layout, read_layout_timed
-from ingest.planner import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, STRATEGIES, CostModel
+from ingest.formats.reader import read_layout, read_layout_timed
+from ingest.core.planner import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, STRATEGIES, CostModel
 from ingest.config import source_argument
 from ingest.errors import ConfigError
-from ingest.probe import LATENCY_THREADS, PROBE_MIN_DATA_BYTES
-from ingest.region import normalize, parse_region
-from ingest.transports import open_transport
+from ingest.io.probe import LATENCY_THREADS, PROBE_MIN_DATA_BYTES
+from ingest.core.region import normalize, parse_region
+from ingest.io.transports import open_transport
 from ingest.units import format_bytes, parse_bytes
 
 
@@ -60,7 +60,7 @@ def _plan(args) -> int:
     with open_transport(args.source, args.method, threads=LATENCY_THREADS, **_transport_options(args)) as transport:
         layout, header = read_layout_timed(transport, args.hdu)
         if args.strategy == "auto" and layout.data_bytes >= PROBE_MIN_DATA_BYTES:
-            from ingest.autotune import tune_read
+            from ingest.io.autotune import tune_read
 
             tuning, _ = tune_read(transport, layout, normalize(region, layout.shape), cost, probe=args.probe,
                                   chunk_bytes=chunk_bytes, threads=threads, gap_bytes=max_gap, header=header)

@@ -22,10 +22,10 @@ import re
 import sys
 from dataclasses import MISSING, asdict, dataclass, field, fields
 
-from ingest.decompose import parse_grid
+from ingest.core.decompose import parse_grid
 from ingest.errors import ConfigError, RegionError
-from ingest.presign import MAX_EXPIRES_S, parse_s3_uri, redact_url
-from ingest.region import parse_region
+from ingest.io.presign import MAX_EXPIRES_S, parse_s3_uri, redact_url
+from ingest.core.region import parse_region
 from ingest.units import format_bytes, parse_bytes
 
 SECTIONS = ("run",)  # TOML tables ingest reads; add one when another command reads the file

@@ -11,8 +11,8 @@ import warnings
 import pytest
 
 from ingest.errors import IngestError
-from ingest.localserver import LocalS3Server
-from ingest.toxiproxy import SERVER_NAME, ToxiproxyServer, find_tool
+from ingest.tools.localserver import LocalS3Server
+from ingest.tools.toxiproxy import SERVER_NAME, ToxiproxyServer, find_tool
 
 # Variables that would steer boto3 away from the test server: a service-specific endpoint
 # beats AWS_ENDPOINT_URL, a profile or session token adds credentials versitygw rejects.

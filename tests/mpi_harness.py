@@ -9,7 +9,7 @@ import sys
 
 from mpi4py import MPI
 
-import ingest.executor as executor
+import ingest.io.executor as executor
 from ingest.cli import main
 
 fail_rank, mode, args = int(sys.argv[1]), sys.argv[2], sys.argv[3:]

@@ -20,13 +20,13 @@ import pytest
 from astropy.io import fits
 
 import ingest.config
-import ingest.stage
+import ingest.io.stage
 from ingest.cli import main
 from ingest.config import read_config_file
 from ingest.errors import ConfigError, IngestError
-from ingest.presign import presign_url
-from ingest.synth import write_cube
-from ingest.transports.base import MemoryTransport
+from ingest.io.presign import presign_url
+from ingest.tools.synth import write_cube
+from ingest.io.transports.base import MemoryTransport
 from tests.mpitools import ROOT, child_env
 from tests.badhttp import BadHttpServer
 
@@ -219,7 +219,7 @@ def test_bad_input_to_single_process_commands(cube, tmp_path, capsys):
 
 
 def test_output_dir_that_is_a_file(tmp_path):
-    from ingest.output import check_output_dir
+    from ingest.outputs.subcubes import check_output_dir
 
     target = tmp_path / "out"
     target.write_text("not a directory")
@@ -295,10 +295,10 @@ def test_stage_object_checks_space_before_any_request(tmp_path, monkeypatch):
         f_bavail, f_frsize = 256, 4096  # 1 MiB
         f_bsize, f_blocks, f_bfree = free.f_bsize, free.f_blocks, 256
 
-    monkeypatch.setattr(ingest.stage.os, "statvfs", lambda path: Tiny)
+    monkeypatch.setattr(ingest.io.stage.os, "statvfs", lambda path: Tiny)
     transport = MemoryTransport(bytes(2 << 20), "s3://bucket/big.fits")
     with pytest.raises(IngestError) as info:
-        ingest.stage.stage_object(transport, str(tmp_path / "stage"), chunk_bytes=1 << 20, threads=1)
+        ingest.io.stage.stage_object(transport, str(tmp_path / "stage"), chunk_bytes=1 << 20, threads=1)
     message = str(info.value)
     assert "stage_dir" in message and str(tmp_path / "stage") in message and str(2 << 20) in message
     assert transport.requests == 0

@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from ingest import decompose
+from ingest.core import decompose
 from ingest.config import (
     RunConfig,
     add_run_arguments,
@@ -264,8 +264,8 @@ def test_s3_source_kept_verbatim_in_report():
 
 
 def test_cost_model_defaults_agree_everywhere():
-    from ingest import planner
-    from ingest.planner import CostModel
+    from ingest.core import planner
+    from ingest.core.planner import CostModel
 
     defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
     assert defaults["latency_s"] == CostModel().latency_s == decompose.DEFAULT_LATENCY_S

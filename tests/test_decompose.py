@@ -1,4 +1,4 @@
-"""Properties of ingest.decompose, checked against numpy counting for every rank count 1..64."""
+"""Properties of ingest.core.decompose, checked against numpy counting for every rank count 1..64."""
 from __future__ import annotations
 
 import math
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingest import decompose
-from ingest.decompose import (
+from ingest.core import decompose
+from ingest.core.decompose import (
     auto_grid,
     contiguous_runs,
     describe_boxes,

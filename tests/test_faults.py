@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from astropy.io import fits
 
-from ingest.transports.httpbody import RESUME_GRAIN_BYTES
+from ingest.io.transports.httpbody import RESUME_GRAIN_BYTES
 from ingest.api import plan_read, read_selection, read_subcube
 from ingest.errors import (
     ExpiredURLError,
@@ -31,13 +31,13 @@ from ingest.errors import (
     RetryableError,
     TransportError,
 )
-from ingest.layout import read_layout
-from ingest.presign import presign_url, url_expiry
-from ingest.retry import RetryPolicy
-from ingest.s3client import s3_client
-from ingest.synth import write_cube
-from ingest.transports import open_transport
-from ingest.transports.http import HttpTransport
+from ingest.formats.reader import read_layout
+from ingest.io.presign import presign_url, url_expiry
+from ingest.io.retry import RetryPolicy
+from ingest.io.s3client import s3_client
+from ingest.tools.synth import write_cube
+from ingest.io.transports import open_transport
+from ingest.io.transports.http import HttpTransport
 from tests.badhttp import BadHttpServer
 
 pytestmark = pytest.mark.timeout(30)  # a hang fails with a stack dump instead of stalling CI

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from astropy.io import fits
 
-from ingest.synth import write_cube
+from ingest.tools.synth import write_cube
 from tests.mpitools import ROOT, child_env, mpiexec, reassemble
 
 SHAPE = (24, 40, 36)  # numpy order (z, y, x)

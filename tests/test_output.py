@@ -11,10 +11,10 @@ from astropy.io import fits
 from astropy.wcs import WCS
 
 from ingest.errors import IngestError, RegionError
-from ingest.layout import read_layout
-from ingest.output import check_output_dir, output_name, subcube_header, write_subcube
-from ingest.synth import voxel_values, write_cube
-from ingest.transports import open_transport
+from ingest.formats.reader import read_layout
+from ingest.outputs.subcubes import check_output_dir, output_name, subcube_header, write_subcube
+from ingest.tools.synth import voxel_values, write_cube
+from ingest.io.transports import open_transport
 
 CASES = [  # (id, bitpix, scaling, shape, extension, box in numpy order)
     ("f32", -32, {}, (7, 29, 37), False, ((1, 5), (3, 20), (10, 37))),
@@ -136,7 +136,7 @@ def test_failed_write_leaves_neither_final_nor_temp(tmp_path, monkeypatch, faili
     def boom(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(f"ingest.output.os.{failing}", boom)
+    monkeypatch.setattr(f"ingest.outputs.subcubes.os.{failing}", boom)
     with pytest.raises(OSError, match="No space"):
         write_subcube(out_dir, 2, box, _raw_box(layout, box), layout)
     assert os.listdir(out_dir) == []
@@ -147,7 +147,7 @@ def test_failed_rewrite_keeps_previous_complete_file(tmp_path, monkeypatch):
     box = ((0, 4), (0, 5), (0, 6))
     first = write_subcube(tmp_path, 0, box, _raw_box(layout, box), layout)
     before = open(first, "rb").read()
-    monkeypatch.setattr("ingest.output.os.replace", lambda *a: (_ for _ in ()).throw(OSError("disk gone")))
+    monkeypatch.setattr("ingest.outputs.subcubes.os.replace", lambda *a: (_ for _ in ()).throw(OSError("disk gone")))
     with pytest.raises(OSError):
         write_subcube(tmp_path, 0, box, np.zeros((4, 5, 6), ">f4"), layout)
     assert open(first, "rb").read() == before

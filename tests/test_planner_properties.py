@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 
 from ingest.api import plan_read, read_selection
 from ingest.errors import ConfigError
-from ingest.geometry import BITPIX_DTYPES, Layout
-from ingest.planner import STRATEGIES, CostModel, make_plan
-from ingest.region import normalize
-from ingest.transports import MemoryTransport
+from ingest.formats.fits import BITPIX_DTYPES, Layout
+from ingest.core.planner import STRATEGIES, CostModel, make_plan
+from ingest.core.region import normalize
+from ingest.io.transports import MemoryTransport
 
 HEADER_BYTES = 2880  # data starts after one header block, as in a real file
 

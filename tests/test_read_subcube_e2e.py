@@ -7,8 +7,8 @@ import pytest
 from astropy.io import fits
 
 from ingest import read_subcube
-from ingest.presign import presign_url
-from ingest.synth import write_cube
+from ingest.io.presign import presign_url
+from ingest.tools.synth import write_cube
 
 CASES = [  # (bitpix, scaling, shape, extension)
     (8, {}, (5, 17, 23), False),

@@ -11,7 +11,7 @@ import pytest
 
 from ingest.config import RunConfig
 from ingest.errors import IngestError
-from ingest.report import (SCHEMA, add_parser, aggregate, baseline_from_report, build_report, load_report,
+from ingest.outputs.report import (SCHEMA, add_parser, aggregate, baseline_from_report, build_report, load_report,
                            render_summary, staging_baseline, write_report)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -94,7 +94,7 @@ def test_write_report_is_atomic_and_round_trips(tmp_path, monkeypatch):
     assert load_report(path) == report
     assert os.listdir(path.parent) == ["report.json"]
 
-    monkeypatch.setattr("ingest.report.os.replace", lambda *a: (_ for _ in ()).throw(OSError(28, "disk full")))
+    monkeypatch.setattr("ingest.outputs.report.os.replace", lambda *a: (_ for _ in ()).throw(OSError(28, "disk full")))
     with pytest.raises(IngestError, match="report.json"):
         write_report(path, make_report(2))
     assert load_report(path) == report  # the earlier report is intact

@@ -9,10 +9,10 @@ import pytest
 from astropy.io import fits
 from astropy.wcs import WCS
 
-from ingest import synth
+from ingest.tools import synth
 from ingest.cli import main
 from ingest.errors import ConfigError
-from ingest.synth import BITPIX_DTYPES, voxel_values, write_cube
+from ingest.tools.synth import BITPIX_DTYPES, voxel_values, write_cube
 
 ALL_BITPIX = sorted(BITPIX_DTYPES)
 SHAPES = {1: (37,), 2: (5, 7), 3: (3, 4, 5), 4: (2, 3, 4, 5)}  # numpy order, odd sizes on purpose

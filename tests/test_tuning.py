@@ -7,14 +7,14 @@ from astropy.io import fits
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.autotune import tune_read
-from ingest.geometry import Layout
-from ingest.planner import STRATEGIES, CostModel, make_plan
-from ingest.layout import HeaderTiming, read_layout, read_layout_timed
-from ingest.probe import MIN_PROBE_READ_BYTES, ROUNDS, LinkProbe, LinkProber, probe_link
-from ingest.region import normalize
-from ingest.transports import MemoryTransport, open_transport
-from ingest.tuning import CHUNK_CANDIDATES, NEAR_BEST, THREAD_CANDIDATES, choose, cost_from_probe
+from ingest.io.autotune import tune_read
+from ingest.formats.fits import Layout
+from ingest.core.planner import STRATEGIES, CostModel, make_plan
+from ingest.formats.reader import HeaderTiming, read_layout, read_layout_timed
+from ingest.io.probe import MIN_PROBE_READ_BYTES, ROUNDS, LinkProbe, LinkProber, probe_link
+from ingest.core.region import normalize
+from ingest.io.transports import MemoryTransport, open_transport
+from ingest.core.tuning import CHUNK_CANDIDATES, NEAR_BEST, THREAD_CANDIDATES, choose, cost_from_probe
 
 MiB = 1 << 20
 

@@ -52,7 +52,7 @@ def run(comm, cfg: RunConfig) -> RankResult:
     staging baseline is measured in the same job."""
     from mpi4py import MPI
 
-    from ingest import report as reports
+    from ingest.outputs import report as reports
 
     rank = comm.Get_rank()
     job = root_step(comm, prepare_job, cfg, comm.Get_size(), ranks_per_node(comm), cfg.compare == "staging")
@@ -64,7 +64,7 @@ def run(comm, cfg: RunConfig) -> RankResult:
     if cfg.output_dir:
         t_write = MPI.Wtime()
         try:
-            from ingest.output import write_subcube
+            from ingest.outputs.subcubes import write_subcube
 
             record["output_path"] = write_subcube(cfg.output_dir, rank, job.boxes[rank], raw, job.layout)
         except Exception as exc:  # noqa: BLE001
@@ -94,7 +94,7 @@ def run(comm, cfg: RunConfig) -> RankResult:
 
 def _publish(cfg: RunConfig, report: dict) -> None:
     """Rank 0: write the JSON (data first), then print the table drawn from it."""
-    from ingest import report as reports
+    from ingest.outputs import report as reports
 
     if cfg.report:
         reports.write_report(cfg.report, report)
@@ -106,7 +106,7 @@ def _publish(cfg: RunConfig, report: dict) -> None:
 def stage(comm, cfg: RunConfig) -> dict | None:
     """The staging baseline alone (seed 001 s2-4): copy the object to stage_dir, then every rank
     reads its box from the copy. Returns the report on rank 0."""
-    from ingest import report as reports
+    from ingest.outputs import report as reports
     from ingest.driver.staging import measure_staging
 
     if not cfg.stage_dir:

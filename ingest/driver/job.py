@@ -11,16 +11,16 @@ from dataclasses import dataclass
 
 from ingest.api import plan_read
 from ingest.config import RunConfig
-from ingest.decompose import grid_boxes, resolve_grid
+from ingest.core.decompose import grid_boxes, resolve_grid
 from ingest.driver.source import ensure_lifetime, resolve_source
 from ingest.errors import ConfigError
-from ingest.geometry import Layout
-from ingest.layout import HeaderTiming, read_layout_timed
-from ingest.planner import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, CostModel
-from ingest.probe import LATENCY_THREADS, PROBE_MIN_DATA_BYTES
-from ingest.region import box_to_region, normalize, parse_region
-from ingest.retry import RetryPolicy
-from ingest.transports import ObjectInfo, Transport, open_transport
+from ingest.formats.fits import Layout
+from ingest.formats.reader import HeaderTiming, read_layout_timed
+from ingest.core.planner import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, CostModel
+from ingest.io.probe import LATENCY_THREADS, PROBE_MIN_DATA_BYTES
+from ingest.core.region import box_to_region, normalize, parse_region
+from ingest.io.retry import RetryPolicy
+from ingest.io.transports import ObjectInfo, Transport, open_transport
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def _configured(cfg: RunConfig) -> Settings:
 def _tuned(cfg: RunConfig, configured: Settings, transport: Transport, layout: Layout, box,
            ranks_per_node: int, header: HeaderTiming) -> Settings:
     """strategy auto: probe (the rounds that repay themselves) and pick the plan predicted fastest."""
-    from ingest.autotune import tune_read
+    from ingest.io.autotune import tune_read
 
     sel = normalize(box_to_region(box), layout.shape)
     tuning, link = tune_read(transport, layout, sel, configured.cost, probe=cfg.probe, chunk_bytes=cfg.chunk_bytes,
@@ -130,7 +130,7 @@ def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1, staging: 
         layout, header = read_layout_timed(transport, cfg.hdu, retry_policy(cfg))
         info = transport.info
         if staging:
-            from ingest.stage import check_space
+            from ingest.io.stage import check_space
 
             check_space(cfg.stage_dir, info.object_bytes)
         if cfg.strategy == "auto" and layout.data_bytes >= PROBE_MIN_DATA_BYTES:
@@ -144,7 +144,7 @@ def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1, staging: 
     if method == "presigned":
         read_source = ensure_lifetime(read_source, signer_args, 2 * estimate_s + 60.0, cfg)
     if cfg.output_dir:
-        from ingest.output import check_output_dir, output_name
+        from ingest.outputs.subcubes import check_output_dir, output_name
 
         check_output_dir(cfg.output_dir, [output_name(r, b) for r, b in enumerate(boxes)])
     return Job(read_source, method, layout, info, grid_fits, reason, boxes, settings, signer_args, estimate_s)

@@ -7,7 +7,7 @@ from ingest.config import RunConfig
 from ingest.driver.job import Job, plan_box, retry_policy, transport_options
 from ingest.driver.mpi import all_agree_or_raise
 from ingest.api import read_selection
-from ingest.transports import open_transport
+from ingest.io.transports import open_transport
 
 
 def _progress_bar(cfg: RunConfig, rank: int, size: int, total_bytes: int, label: str):
@@ -30,7 +30,7 @@ def read_rank_box(comm, cfg: RunConfig, job: Job, source: str, method: str, labe
     raw = record = error = None
     try:
         if method == "presigned" and job.signer_args is not None:
-            from ingest.presign import url_signer
+            from ingest.io.presign import url_signer
 
             extra_options["refresh_url"] = url_signer(*job.signer_args)
         transport = open_transport(source, method, threads=job.settings.threads, **transport_options(cfg), **extra_options)

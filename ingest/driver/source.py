@@ -15,7 +15,7 @@ def resolve_source(cfg: RunConfig) -> tuple[str, str, tuple | None]:
     """(method, source to read, signer args). An s3:// source read as 'presigned' is signed here;
     a user's presigned URL can be re-signed later only if it is path-style S3 and this process
     has credentials."""
-    from ingest.presign import parse_s3_uri, url_object, url_signer
+    from ingest.io.presign import parse_s3_uri, url_object, url_signer
 
     method = cfg.resolved_method
     if method != "presigned":
@@ -23,8 +23,8 @@ def resolve_source(cfg: RunConfig) -> tuple[str, str, tuple | None]:
     if cfg.source.startswith("s3://"):
         bucket, key = parse_s3_uri(cfg.source)
         args = (bucket, key, cfg.presign_expires_s, cfg.endpoint_url)
-        from ingest.presign import presign_url
-        from ingest.s3client import shared_s3_client
+        from ingest.io.presign import presign_url
+        from ingest.io.s3client import shared_s3_client
 
         client = shared_s3_client(**({"endpoint_url": cfg.endpoint_url} if cfg.endpoint_url else {}))
         return method, presign_url(bucket, key, expires_s=cfg.presign_expires_s, client=client), args
@@ -37,7 +37,7 @@ def resolve_source(cfg: RunConfig) -> tuple[str, str, tuple | None]:
 def ensure_lifetime(url: str, signer_args: tuple | None, needed_s: float, cfg: RunConfig) -> str:
     """Rank 0, before any rank reads: a URL that will not outlive the run is re-signed when we
     can, refused when already expired, and warned about otherwise (the estimate may be pessimistic)."""
-    from ingest.presign import redact_url, url_expiry, url_signer
+    from ingest.io.presign import redact_url, url_expiry, url_signer
 
     expiry = url_expiry(url)
     if expiry is None:

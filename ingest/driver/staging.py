@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 
-from ingest import stage as staging
+from ingest.io import stage as staging
 from ingest.config import RunConfig
 from ingest.driver.job import Job, transport_options
 from ingest.driver.read import read_rank_box
 from ingest.driver.mpi import all_agree_or_raise, root_step
-from ingest.transports import open_transport
+from ingest.io.transports import open_transport
 
 
 def _prepare(cfg: RunConfig, job: Job) -> tuple[str, str]:
@@ -32,7 +32,7 @@ def measure_staging(comm, cfg: RunConfig, job: Job) -> dict:
     report's baseline block, "records": the read records} (on other ranks the same keys, None)."""
     from mpi4py import MPI
 
-    from ingest import report as reports
+    from ingest.outputs import report as reports
 
     rank, size = comm.Get_rank(), comm.Get_size()
     tmp_path, final_path = root_step(comm, _prepare, cfg, job)

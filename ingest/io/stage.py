@@ -26,13 +26,13 @@ from urllib.parse import unquote, urlsplit
 
 import numpy as np
 
-from ingest.atomic import publish
+from ingest.outputs.atomic import publish
 from ingest.errors import ConfigError, IngestError
-from ingest.executor import ReadStats, execute
-from ingest.planner import Lattice, Plan
-from ingest.presign import parse_s3_uri
-from ingest.transports.base import Transport
-from ingest.transports.posix import PosixTransport
+from ingest.io.executor import ReadStats, execute
+from ingest.core.planner import Lattice, Plan
+from ingest.io.presign import parse_s3_uri
+from ingest.io.transports.base import Transport
+from ingest.io.transports.posix import PosixTransport
 from ingest.units import format_bytes
 
 PAGE_BYTES = 4096  # parts are written through mmap, which dirties whole pages

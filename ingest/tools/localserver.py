@@ -2,7 +2,7 @@
 
 Objects are plain files under ROOT/bucket/key, and versitygw checks SigV4 signatures and
 presigned-URL expiry like a production store (moto does neither). Run
-`python -m ingest.localserver` to get one plus the `export` lines that point boto3 at it.
+`python -m ingest.tools.localserver` to get one plus the `export` lines that point boto3 at it.
 """
 from __future__ import annotations
 
@@ -224,7 +224,7 @@ class LocalS3Server:
 
     def client(self, **kw):
         """A boto3 S3 client (SigV4, path style) with this server's endpoint and keys; kw go to s3_client."""
-        from ingest.s3client import s3_client
+        from ingest.io.s3client import s3_client
 
         # Making a client costs ~0.1-0.2 s (it loads the service model); clients are
         # thread-safe, so the plain one is made once per start (keys and port change per start).
@@ -255,9 +255,9 @@ class LocalS3Server:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m ingest.localserver [--root DIR] [--port N]`: print export lines, serve until killed."""
+    """`python -m ingest.tools.localserver [--root DIR] [--port N]`: print export lines, serve until killed."""
     parser = argparse.ArgumentParser(
-        prog="python -m ingest.localserver",
+        prog="python -m ingest.tools.localserver",
         description="Run a Versity S3 Gateway on 127.0.0.1 and print shell export lines for it.",
     )
     parser.add_argument("--root", default=None, help="data directory (default: a temp dir, removed on exit)")
@@ -279,11 +279,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# versitygw pid {server.pid}, root {server.root}; kill {os.getpid()} to stop")
             sys.stdout.flush()
             returncode = server._proc.wait()
-            print(f"ingest.localserver: versitygw exited with status {returncode}:\n{server.log_tail()}",
+            print(f"ingest.tools.localserver: versitygw exited with status {returncode}:\n{server.log_tail()}",
                   file=sys.stderr)
             return 1
     except IngestError as exc:
-        print(f"ingest.localserver: error: {exc}", file=sys.stderr)
+        print(f"ingest.tools.localserver: error: {exc}", file=sys.stderr)
         return 1
 
 

@@ -43,7 +43,7 @@ import math
 from dataclasses import dataclass
 
 from ingest.errors import ConfigError, RegionError
-from ingest.planner import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, CostModel  # noqa: F401 - re-exported defaults
+from ingest.core.planner import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, CostModel  # noqa: F401 - re-exported defaults
 from ingest.units import format_bytes
 
 Box = tuple[tuple[int, int], ...]

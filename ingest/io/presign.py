@@ -51,7 +51,7 @@ def presign_url(bucket: str, key: str, expires_s: int = DEFAULT_EXPIRES_S, clien
     """SigV4 presigned GET URL for s3://bucket/key, valid expires_s seconds (default 3600)."""
     validate_expires_s(expires_s)
     if client is None:
-        from ingest.s3client import s3_client
+        from ingest.io.s3client import s3_client
 
         client = s3_client()
     try:
@@ -65,7 +65,7 @@ def presign_url(bucket: str, key: str, expires_s: int = DEFAULT_EXPIRES_S, clien
     if "X-Amz-Signature=" not in url:
         raise ConfigError(
             f"s3://{bucket}/{key}: the S3 client signed a SigV2 URL; make it with "
-            "ingest.s3client.s3_client() or Config(signature_version='s3v4')"
+            "ingest.io.s3client.s3_client() or Config(signature_version='s3v4')"
         )
     return url
 
@@ -146,7 +146,7 @@ def url_signer(bucket: str, key: str, expires_s: int, endpoint_url: str | None =
 
     if boto3.session.Session().get_credentials() is None:
         return None
-    from ingest.s3client import shared_s3_client
+    from ingest.io.s3client import shared_s3_client
 
     client = shared_s3_client(**({"endpoint_url": endpoint_url} if endpoint_url else {}))
     return lambda: presign_url(bucket, key, expires_s=expires_s, client=client)
@@ -168,7 +168,7 @@ def add_parser(subparsers) -> None:
 
 
 def _run(args) -> int:
-    from ingest.s3client import s3_client
+    from ingest.io.s3client import s3_client
 
     bucket, key = parse_s3_uri(args.uri)
     validate_expires_s(args.expires_s)

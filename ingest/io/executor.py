@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ingest.planner import Plan
-from ingest.retry import FaultLog, RetryPolicy, read_with_retries
-from ingest.transports.base import Transport
+from ingest.core.planner import Plan
+from ingest.io.retry import FaultLog, RetryPolicy, read_with_retries
+from ingest.io.transports.base import Transport
 
 
 @dataclass

@@ -8,9 +8,9 @@ from datetime import datetime, timezone
 import urllib3
 
 from ingest.errors import ExpiredURLError, ObjectChangedError, RangeNotSupportedError, RetryableError, TransportError
-from ingest.presign import redact_url, scrub, url_expiry
-from ingest.transports.base import ObjectInfo, Transport
-from ingest.transports.httpbody import (
+from ingest.io.presign import redact_url, scrub, url_expiry
+from ingest.io.transports.base import ObjectInfo, Transport
+from ingest.io.transports.httpbody import (
     RETRYABLE_STATUS,
     check_content_range,
     range_header,
@@ -50,7 +50,7 @@ class HttpTransport(Transport):
             num_pools=2,
             maxsize=max(1, threads),
             block=True,
-            retries=False,  # ingest.retry owns retrying, so every retry is counted and bounded
+            retries=False,  # ingest.io.retry owns retrying, so every retry is counted and bounded
             timeout=urllib3.Timeout(connect=connect_timeout_s, read=read_timeout_s),
             **tls,
         )

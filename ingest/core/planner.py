@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ingest.errors import ConfigError
-from ingest.geometry import Layout
-from ingest.region import Selection
+from ingest.formats.fits import Layout
+from ingest.core.region import Selection
 
 STRATEGIES = ("auto", "large", "intermediate", "small")
 # Used when nothing (config, caller, probe) says otherwise. 4-16 MiB requests were the loopback

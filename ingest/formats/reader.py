@@ -5,9 +5,9 @@ import time
 from dataclasses import dataclass
 
 from ingest.errors import FitsFormatError
-from ingest.geometry import BLOCK_BYTES, Layout, check_first_block, hdu_data_span, header_end, image_layout, parse_header
-from ingest.retry import RetryPolicy, read_with_retries, retry_call
-from ingest.transports.base import Transport
+from ingest.formats.fits import BLOCK_BYTES, Layout, check_first_block, hdu_data_span, header_end, image_layout, parse_header
+from ingest.io.retry import RetryPolicy, read_with_retries, retry_call
+from ingest.io.transports.base import Transport
 
 
 @dataclass(frozen=True)

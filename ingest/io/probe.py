@@ -1,7 +1,7 @@
 """Probe a source before reading it: latency L, per-stream bandwidth B, and whether streams add up.
 
 A few rounds of requests, all inside the cube's data, most informative first, so a caller can
-stop after any round when the rest would cost more than they could save (ingest.autotune does):
+stop after any round when the rest would cost more than they could save (ingest.io.autotune does):
 
 1. stream: one chunk-sized read; its time to first byte is L, its transfer rate one stream's B;
 2. latency: two small reads in a row (L again, without the server's work for a big range), then
@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 
-from ingest.transports.base import Transport
+from ingest.io.transports.base import Transport
 
 MiB = 1 << 20
 # Below this a "bandwidth" read measures latency again (TCP slow start, a proxy's first chunk).

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 from astropy.io import fits
 
-from ingest.atomic import atomic_write
+from ingest.outputs.atomic import atomic_write
 from ingest.errors import ConfigError
 
 MiB = 1024 * 1024
@@ -156,7 +156,7 @@ def build_header(shape, bitpix: int = -32, *, extension: bool = False, bscale=No
     if len(naxes) != 2:
         h["SPECSYS"] = "BARYCENT"
     h["ORIGIN"] = "ingest.synth"
-    h["SYNTHVER"] = (1, "raw values: ingest.synth.voxel_values")
+    h["SYNTHVER"] = (1, "raw values: ingest.tools.synth.voxel_values")
     # Pad so the header spans header_blocks blocks: exercises readers that assume one block.
     cards_needed = (header_blocks - 1) * (FITS_BLOCK_BYTES // CARD_BYTES) + 1 - (len(h) + 1)
     for k in range(max(0, cards_needed)):

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from ingest.errors import ConfigError, IngestError
-from ingest.presign import redact_url
+from ingest.io.presign import redact_url
 from ingest.units import format_bytes
 
 DEFAULT_DB = "soak.sqlite"
@@ -271,7 +271,7 @@ def _stderr_excerpt(path: str) -> str:
 
 def _report_facts(path: str) -> dict:
     """Row columns from a run's JSON report: aggregate sums plus per-rank resume/fault counts."""
-    from ingest.report import load_report
+    from ingest.outputs.report import load_report
 
     report = load_report(path)
     agg, ranks = report["aggregate"], report.get("ranks") or []
@@ -522,7 +522,7 @@ def _dispatch(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m ingest.soak ...` (same as `python -m ingest soak ...`)."""
+    """`python -m ingest.tools.soak ...` (same as `python -m ingest soak ...`)."""
     parser = argparse.ArgumentParser(prog="python -m ingest")
     add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["soak", *(sys.argv[1:] if argv is None else argv)])

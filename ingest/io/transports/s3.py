@@ -4,9 +4,9 @@ from __future__ import annotations
 import time
 
 from ingest.errors import ObjectChangedError, RangeNotSupportedError, RetryableError, TransportError
-from ingest.presign import parse_s3_uri
-from ingest.transports.base import ObjectInfo, Transport
-from ingest.transports.httpbody import RETRYABLE_STATUS, check_content_range, range_header, read_body_into
+from ingest.io.presign import parse_s3_uri
+from ingest.io.transports.base import ObjectInfo, Transport
+from ingest.io.transports.httpbody import RETRYABLE_STATUS, check_content_range, range_header, read_body_into
 
 _RETRYABLE_CODES = {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "Throttling"}
 
@@ -32,13 +32,13 @@ class S3Transport(Transport):
         super().__init__(source, threads=threads)
         self.bucket, self.key = parse_s3_uri(source)
         if client is None:
-            from ingest.s3client import shared_s3_client
+            from ingest.io.s3client import shared_s3_client
 
             client = shared_s3_client(
                 max_pool_connections=max(10, threads),
                 connect_timeout=connect_timeout_s,
                 read_timeout=read_timeout_s,
-                # one attempt per call: ingest.retry owns retrying, so every retry is counted
+                # one attempt per call: ingest.io.retry owns retrying, so every retry is counted
                 retries={"total_max_attempts": 1},
                 verify=(ca_bundle or True) if verify_tls else False,
                 **({"endpoint_url": endpoint_url} if endpoint_url else {}),

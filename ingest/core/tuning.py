@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ingest.geometry import Layout
-from ingest.planner import UNLIMITED_GAP, CostModel, Plan, make_plan
-from ingest.probe import LATENCY_THREADS, ROUNDS, LinkProbe
-from ingest.region import Selection
+from ingest.formats.fits import Layout
+from ingest.core.planner import UNLIMITED_GAP, CostModel, Plan, make_plan
+from ingest.io.probe import LATENCY_THREADS, ROUNDS, LinkProbe
+from ingest.core.region import Selection
 
 MiB = 1 << 20
 CHUNK_CANDIDATES = tuple(MiB << k for k in range(7))  # 1 MiB .. 64 MiB

@@ -24,10 +24,10 @@ import sys
 import numpy as np
 from astropy.io import fits
 
-from ingest.atomic import atomic_write
+from ingest.outputs.atomic import atomic_write
 from ingest.errors import FitsFormatError, IngestError, RegionError
-from ingest.geometry import BLOCK_BYTES, Layout
-from ingest.presign import redact_url
+from ingest.formats.fits import BLOCK_BYTES, Layout
+from ingest.io.presign import redact_url
 
 _AXIS_LETTERS = ("x", "y", "z", "s")  # FITS axes 1..4
 _TMP_MARK = ".tmp-"

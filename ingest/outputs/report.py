@@ -21,9 +21,9 @@ import re
 from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
-from ingest.atomic import atomic_write
+from ingest.outputs.atomic import atomic_write
 from ingest.errors import IngestError
-from ingest.presign import redact_url
+from ingest.io.presign import redact_url
 from ingest.units import MiB, format_bytes
 
 SCHEMA = "ingest.report/1"
@@ -94,7 +94,7 @@ def aggregate(ranks: list[dict]) -> dict:
 
 
 def cube_from_layout(layout) -> dict:
-    """The report's `cube` block for an ingest.geometry.Layout."""
+    """The report's `cube` block for an ingest.formats.fits.Layout."""
     return {
         "source": layout.source,
         "hdu": layout.hdu,

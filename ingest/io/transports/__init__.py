@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from ingest.errors import ConfigError
-from ingest.transports.base import MemoryTransport, ObjectInfo, Transport
-from ingest.transports.http import HttpTransport
-from ingest.transports.posix import PosixTransport
-from ingest.transports.s3 import S3Transport
+from ingest.io.transports.base import MemoryTransport, ObjectInfo, Transport
+from ingest.io.transports.http import HttpTransport
+from ingest.io.transports.posix import PosixTransport
+from ingest.io.transports.s3 import S3Transport
 
 TRANSPORTS: dict[str, type[Transport]] = {
     "posix": PosixTransport,

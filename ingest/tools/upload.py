@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 from ingest.errors import ConfigError, IngestError, TransportError
-from ingest.presign import parse_s3_uri
+from ingest.io.presign import parse_s3_uri
 from ingest.units import GiB, MiB, TiB, format_bytes, parse_bytes
 
 # S3 multipart limits (AWS documents them; Ceph/Acacia, MinIO and versitygw follow them).
@@ -109,7 +109,7 @@ def upload_file(path: str, s3_uri: str, part_bytes: int | None = None,
     n_parts = max(1, math.ceil(object_bytes / part))
 
     if client is None:
-        from ingest.s3client import s3_client
+        from ingest.io.s3client import s3_client
 
         client = s3_client(max_pool_connections=max(10, concurrency))
     config = TransferConfig(
@@ -162,7 +162,7 @@ def _run(args) -> int:
     part_bytes = None if args.part_bytes is None else parse_bytes(args.part_bytes, "part_bytes")
     client = None
     if args.endpoint_url:
-        from ingest.s3client import s3_client
+        from ingest.io.s3client import s3_client
 
         client = s3_client(max_pool_connections=max(10, args.concurrency), endpoint_url=args.endpoint_url)
     result = upload_file(args.path, args.uri, part_bytes=part_bytes, concurrency=args.concurrency,

@@ -2,7 +2,7 @@
 the plan the cost model predicts fastest. Used by the driver (rank 0, once per job), `plan
 --probe` and the benchmarks.
 
-The probe runs round by round (ingest.probe), and a round runs only while the probe's time so
+The probe runs round by round (ingest.io.probe), and a round runs only while the probe's time so
 far plus the round's own cost stays within PROBE_BUDGET_FRACTION of the read's predicted time,
 predicted with everything measured so far. Before the first round the model is the configured
 one with the latency and client CPU the header request showed, which cost nothing: on a 100 ms
@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ingest.geometry import Layout
-from ingest.layout import HeaderTiming
-from ingest.planner import CostModel
-from ingest.probe import ASSUMED_CPU_PER_BYTE_S, MiB, LinkProbe, LinkProber
-from ingest.region import Selection
-from ingest.transports.base import Transport
-from ingest.tuning import Tuning, choose, cost_from_probe, describe_probe
+from ingest.formats.fits import Layout
+from ingest.formats.reader import HeaderTiming
+from ingest.core.planner import CostModel
+from ingest.io.probe import ASSUMED_CPU_PER_BYTE_S, MiB, LinkProbe, LinkProber
+from ingest.core.region import Selection
+from ingest.io.transports.base import Transport
+from ingest.core.tuning import Tuning, choose, cost_from_probe, describe_probe
 
 # The benchmarks' target is auto within 5 % of the best plan, probe included.
 PROBE_BUDGET_FRACTION = 0.04

@@ -1,6 +1,6 @@
 """FITS geometry from the header alone: header bytes -> where the data is and what it means.
 
-Pure functions, no I/O. `ingest.layout.read_layout` feeds them header blocks fetched by Range
+Pure functions, no I/O. `ingest.formats.reader.read_layout` feeds them header blocks fetched by Range
 requests. Everything here is in numpy axis order (slowest axis first), the reverse of FITS's
 NAXIS1..NAXISn.
 """

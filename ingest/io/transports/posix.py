@@ -16,7 +16,7 @@ import threading
 import time
 
 from ingest.errors import ObjectChangedError, TransportError
-from ingest.transports.base import ObjectInfo, Transport
+from ingest.io.transports.base import ObjectInfo, Transport
 
 ALIGN_BYTES = 4096  # >= every logical block size in use (512 B disks, 4 KiB "4Kn" disks)
 DIRECT_BUFFER_BYTES = 16 << 20  # per-thread bounce buffer for O_DIRECT; larger ranges loop

@@ -16,7 +16,7 @@ import time
 import urllib3
 
 from ingest.errors import ConfigError, IngestError
-from ingest.localserver import find_tool  # the project's one tool finder (also re-exported here)
+from ingest.tools.localserver import find_tool  # the project's one tool finder (also re-exported here)
 
 SERVER_NAME = "toxiproxy-server"
 
