@@ -1,8 +1,10 @@
 """Executor: carry out a Plan over a Transport with worker threads, straight into the output.
 
-A request whose bytes are all needed is read directly into its place in the output array; one
-with gaps is read into its thread's reusable buffer (at most chunk_bytes) and scattered by one
-strided numpy copy. So one read holds at most output + threads x chunk_bytes.
+A request whose bytes are all needed is read directly into its place in the destination (the
+output array, or a mapped window of an output file); one with gaps is read into its thread's
+reusable buffer (at most chunk_bytes) and scattered by one strided numpy copy. So one read holds
+at most threads x chunk_bytes beside its destination, and nothing beside it when the destination
+is a file (`io.destination`).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ingest.core.planner import Plan
+from ingest.io.destination import ArrayDestination, Destination
 from ingest.io.retry import FaultLog, RetryPolicy, read_with_retries
 from ingest.io.transports.base import Transport
 
@@ -49,57 +52,52 @@ class _Worker:
         return self._buf
 
 
-def _run_one(plan: Plan, read, out: np.ndarray, flat: memoryview, i: int, worker: _Worker) -> tuple[float, int]:
-    """Execute request i; return (its time to first byte, its size in bytes)."""
+def _run_one(plan: Plan, read, dest: Destination, i: int, worker: _Worker) -> tuple[float, int]:
+    """Execute request i into `dest`; return (its time to first byte, its size in bytes)."""
     lat = plan.lattice
     req = plan.request(i)
     if plan.byte_mode:
-        run = int(np.ravel_multi_index(req.index, lat.counts)) if lat.counts else 0
-        dst = run * lat.run_bytes + req.run_offset
-        return read(flat[dst : dst + req.nbytes], req.offset), req.nbytes
+        lo = dest.offset(req.index) + req.run_offset
+        with dest.window(lo, lo + req.nbytes) as win:
+            return read(memoryview(win), req.offset), req.nbytes
     level = plan.level
+    lo = dest.offset(req.index)  # the request's first run (later axes at index 0)
     if req.contiguous:
-        first = req.index + (0,) * (len(lat.counts) - level - 1)
-        dst = int(np.ravel_multi_index(first, lat.counts)) * lat.run_bytes
-        return read(flat[dst : dst + req.nbytes], req.offset), req.nbytes
+        with dest.window(lo, lo + req.nbytes) as win:
+            return read(memoryview(win), req.offset), req.nbytes
     buf = worker.buffer(req.nbytes)
     ttfb_s = read(memoryview(buf)[: req.nbytes], req.offset)
-    src = np.ndarray(
-        shape=(req.units,) + lat.counts[level + 1 :] + (lat.run_bytes,),
-        dtype=np.uint8,
-        buffer=buf,
-        strides=lat.strides[level:] + (1,),
-    )
-    dst_view = out[req.index[:-1] + (slice(req.index[-1], req.index[-1] + req.units),)]
-    np.copyto(dst_view, src)
+    shape = (req.units,) + lat.counts[level + 1 :] + (lat.run_bytes,)
+    src = np.ndarray(shape=shape, dtype=np.uint8, buffer=buf, strides=lat.strides[level:] + (1,))
+    span = (req.units - 1) * dest.strides[level] + dest.unit_spans[level]
+    with dest.window(lo, lo + span) as win:
+        _scatter(src, win, dest.strides[level:])
     return ttfb_s, req.nbytes
 
 
-def lattice_view(array: np.ndarray, plan: Plan) -> np.ndarray:
-    """View a C-contiguous output array as the plan's lattice of runs (uint8)."""
-    lat = plan.lattice
-    if not array.flags.c_contiguous or array.nbytes != lat.needed_bytes:
-        raise ValueError("output must be C-contiguous and exactly the selection's size")
-    return array.reshape(-1).view(np.uint8).reshape(lat.counts + (lat.run_bytes,))
+def _scatter(src: np.ndarray, win: np.ndarray, strides: tuple[int, ...]) -> None:
+    """Copy the needed runs into the window (a function of its own so the view dies with it and
+    a mapped window can close)."""
+    np.copyto(np.ndarray(shape=src.shape, dtype=np.uint8, buffer=win, strides=strides + (1,)), src)
 
 
 def execute(
     plan: Plan,
     transport: Transport,
-    array: np.ndarray,
+    array: np.ndarray | Destination,
     *,
     threads: int = 1,
     progress=None,
     retry: RetryPolicy = RetryPolicy(),
 ) -> ReadStats:
-    """Fill `array` (the selection's raw bytes, C order) by running `plan` on `threads` threads.
+    """Fill `array` (the selection's raw bytes, C order), or a Destination such as a mapped output
+    file, by running `plan` on `threads` threads.
 
     Transient failures are retried per `retry`, resuming broken ranges. `progress`, if given,
     is called with the byte count of each finished request (from worker threads). The first
     unrecoverable error stops all workers and is raised here.
     """
-    out = lattice_view(array, plan)
-    flat = memoryview(out.reshape(-1))
+    dest = array if isinstance(array, Destination) else ArrayDestination(array, plan.lattice)
     n = plan.n_requests
     stats = ReadStats(bytes_needed=plan.needed_bytes)
     lock = threading.Lock()
@@ -128,7 +126,7 @@ def execute(
                 next_index[0] += 1
             t_req = time.perf_counter()
             try:
-                ttfb_s, nbytes = _run_one(plan, read, out, flat, i, worker)
+                ttfb_s, nbytes = _run_one(plan, read, dest, i, worker)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller below
                 with lock:
                     failure.append(exc)
