@@ -24,10 +24,9 @@ import time
 import uuid
 from urllib.parse import unquote, urlsplit
 
-import numpy as np
-
 from ingest.outputs.atomic import publish
 from ingest.errors import ConfigError, IngestError
+from ingest.io.destination import mirror_file
 from ingest.io.executor import ReadStats, execute
 from ingest.core.planner import Lattice, Plan
 from ingest.io.presign import parse_s3_uri
@@ -167,16 +166,14 @@ def download_part(transport: Transport, tmp_path: str, part: int, n_parts: int, 
     if stop == start:
         return ReadStats()  # more parts than chunks: this one has nothing to do
     plan = contiguous_plan(start, stop - start, chunk_bytes)
-    # Requests land straight in the file's pages (zero-copy); memory stays bounded because the
-    # kernel writes dirty pages back as they accumulate instead of holding the object in RAM.
-    view = np.memmap(tmp_path, dtype=np.uint8, mode="r+", offset=start, shape=(stop - start,))
+    # Requests land straight in the file's pages, one mapped window per request (zero-copy), so
+    # the process holds at most threads x chunk_bytes of them; the kernel writes them back.
+    fd = os.open(tmp_path, os.O_RDWR)
     try:
-        stats = execute(plan, transport, view, threads=threads, progress=progress)
-        view.flush()
+        stats = execute(plan, transport, mirror_file(fd, plan.lattice), threads=threads, progress=progress)
+        os.fsync(fd)
     finally:
-        # Unmapped when the last view goes; not closed by hand, because on an error the
-        # traceback still holds the executor's views and closing would mask the real error.
-        del view
+        os.close(fd)
     return stats
 
 
