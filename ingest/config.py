@@ -26,19 +26,24 @@ from ingest.core.decompose import parse_grid
 from ingest.errors import ConfigError, RegionError
 from ingest.io.presign import MAX_EXPIRES_S, parse_s3_uri, redact_url
 from ingest.core.region import parse_region
+from ingest.core.regions import parse_min_overlap, parse_region_shape
 from ingest.units import format_bytes, parse_bytes
 
 SECTIONS = ("run",)  # TOML tables ingest reads; add one when another command reads the file
 _SECRET_WORDS = ("secret", "password", "passwd", "token", "access_key", "credential", "private_key")
+ALL_COMMANDS = ("run", "stage", "prestage")
+LAYOUTS = ("frame", "frame-per-rank", "subcubes")
 # The openssl layer under urllib3 reads at most 2**31 - 1 bytes at once (seed 001 s7.2).
 _MAX_REQUEST_BYTES = 2**31 - 1
 
 
 def _opt(default=MISSING, *, help: str, unit: str = "", kind: str = "str", low=None, high=None,
-         low_open: bool = False, choices: tuple[str, ...] = (), shown_default: str | None = None):
-    """A RunConfig field: default plus what the CLI, the TOML reader and the checks need."""
+         low_open: bool = False, choices: tuple[str, ...] = (), shown_default: str | None = None,
+         commands: tuple[str, ...] = ALL_COMMANDS):
+    """A RunConfig field: default plus what the CLI, the TOML reader and the checks need.
+    `commands`: the commands whose command line offers it (a config file may set any field)."""
     meta = {"help": help, "unit": unit, "kind": kind, "low": low, "high": high,
-            "low_open": low_open, "choices": choices, "shown_default": shown_default}
+            "low_open": low_open, "choices": choices, "shown_default": shown_default, "commands": commands}
     return field(default=default, metadata=meta)
 
 
@@ -74,12 +79,35 @@ class RunConfig:
                      help="rank grid 'PXxPYxPZ' (x first), or auto: split the slowest axes first")
     halo: int = _opt(0, unit="pixels", kind="int", low=0,
                      help="extra pixels each box reads into each neighbouring box")
+    region_shape: str | None = _opt(None, unit="pixels WxHxD, FITS order", kind="region_shape",
+                                    help="split the job into regions of this shape by WALLABY's s2p_setup rule "
+                                         "(e.g. 1500x1500x1400) instead of --grid", shown_default="use grid")
+    min_overlap: str | None = _opt(None, unit="pixels SPATIAL,SPECTRAL", kind="overlap",
+                                   help="with region_shape: least overlap of neighbouring regions (s2p_setup's "
+                                        "min_overlap_spat, min_overlap_spec)", shown_default="0,0")
     hdu: int = _opt(0, unit="HDU index", kind="int", low=0, help="image HDU to read, 0 = primary")
     region: str | None = _opt(None, unit="numpy-order slices", kind="region",
                               help="restrict the job to part of the cube, e.g. '0:100,:,200:300'",
                               shown_default="whole cube")
     report: str | None = _opt(None, unit="path", kind="path", help="write the JSON report here")
-    output_dir: str | None = _opt(None, unit="path", kind="path", help="write each rank's subcube here")
+    output_dir: str | None = _opt(None, unit="path", kind="path",
+                                  help="run: write each rank's subcube here; prestage: the staging directory "
+                                       "(required)")
+    layout: str = _opt("frame", kind="choice", choices=LAYOUTS, commands=("prestage",),
+                       help="prestage: frame = one full-size sparse file per cube, ranks write their regions "
+                            "in place; frame-per-rank = one such file per rank (NFS); subcubes = one cut-out "
+                            "file per region")
+    sofia_template: str | None = _opt(None, unit="path", kind="path", commands=("prestage",),
+                                      help="prestage: SoFiA-2 parameter file to copy into one sofia_NNN.par "
+                                           "per region (and a SoFiA-X config.ini)")
+    companions: tuple = _opt((), unit="NAME=SOURCE", kind="companions", commands=("prestage",),
+                             help="prestage: a companion cube cut to the same regions, e.g. weights=s3://b/w.fits "
+                                  "(repeat --companion for more)", shown_default="none")
+    run_name: str | None = _opt(None, kind="str", commands=("prestage",),
+                                help="prestage: SoFiA output names are RUN_NNN; SoFiA-X's run_name",
+                                shown_default="the cube's file name without .fits")
+    fresh: bool = _opt(False, kind="bool", commands=("prestage",),
+                       help="prestage: ignore an existing manifest.json and stage everything again")
     compare: str = _opt("none", kind="choice", choices=("none", "staging"),
                         help="staging: also time the copy-to-filesystem baseline (needs stage_dir)")
     stage_direct_io: bool = _opt(False, kind="bool",
@@ -123,6 +151,13 @@ class RunConfig:
             raise ConfigError("stage_dir: required when compare = 'staging' (a directory for the staged copy)")
         if self.ca_bundle is not None and not self.verify_tls:
             raise ConfigError("ca_bundle: given but verify_tls is false; the bundle would be ignored")
+        if self.region_shape is not None and self.grid != "auto":
+            raise ConfigError(f"region_shape: {self.region_shape!r} and grid {self.grid!r} both split the job; "
+                              "give one of them")
+        if self.region_shape is not None and self.halo:
+            raise ConfigError("halo: not used with region_shape; neighbouring regions overlap by min_overlap")
+        if self.min_overlap is not None and self.region_shape is None:
+            raise ConfigError(f"min_overlap: {self.min_overlap!r} only applies with region_shape (s2p_setup's rule)")
 
     def __repr__(self) -> str:
         # A presigned URL is a bearer credential: keep it out of logs and tracebacks.
@@ -130,13 +165,15 @@ class RunConfig:
         return "RunConfig(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
 
     def _redacted(self) -> dict:
-        out = {"source": self._shown_source()}
+        out = {"source": self._shown_source(),
+               "companions": tuple((label, shown_source(source)) for label, source in self.companions)}
         if self.endpoint_url is not None:
             out["endpoint_url"] = redact_url(self.endpoint_url)
         return out
 
     def _shown_source(self) -> str:
-        return redact_url(self.source) if _source_form(self.source) == "http" else self.source
+        return shown_source(self.source)
+
 
     @property
     def resolved_method(self) -> str:
@@ -150,6 +187,11 @@ class RunConfig:
         out = {**asdict(self), **self._redacted()}
         out["resolved_method"] = self.resolved_method
         return out
+
+
+def shown_source(source: str) -> str:
+    """A source as it may appear in messages and reports: a presigned URL's query is removed."""
+    return redact_url(source) if _source_form(source) == "http" else source
 
 
 def _source_form(source: str) -> str:
@@ -174,7 +216,9 @@ def _expected(meta) -> str:
         return "one of " + ", ".join(meta["choices"])
     if kind == "bool":
         return "true or false"
-    if kind in ("str", "path", "grid", "region"):
+    if kind == "companions":
+        return "NAME=SOURCE entries (a name such as weights, then the companion cube's path or URL)"
+    if kind in ("str", "path", "grid", "region", "region_shape", "overlap"):
         return f"a non-empty string ({unit})" if unit else "a non-empty string"
     noun = {"int": "an integer", "float": "a number", "bytes": "a byte count", "rate": "a number"}[kind]
     low, high = meta["low"], meta["high"]
@@ -245,6 +289,8 @@ def _convert(name: str, meta, value):
             except ValueError:
                 pass
         raise _bad(name, meta, value)
+    if kind == "companions":
+        return _companions(name, meta, value)
     if not isinstance(value, str) or not value.strip():
         raise _bad(name, meta, value)
     if kind == "choice":
@@ -252,7 +298,38 @@ def _convert(name: str, meta, value):
             raise _bad(name, meta, value)
         return value.strip().lower()
     _check_syntax(name, kind, value)
-    return {"grid": value.strip().lower(), "region": value.strip()}.get(kind, value)
+    return {"grid": value.strip().lower(), "region": value.strip(), "region_shape": value.strip().lower(),
+            "overlap": value.strip()}.get(kind, value)
+
+
+def _companions(name: str, meta, value) -> tuple[tuple[str, str], ...]:
+    """NAME=SOURCE strings (or (name, source) pairs) -> ((name, source), ...), names unique."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        raise _bad(name, meta, value)
+    pairs = []
+    for item in items:
+        if isinstance(item, (list, tuple)) and len(item) == 2:
+            label, source = item
+        elif isinstance(item, str) and "=" in item:
+            label, source = item.split("=", 1)
+        else:
+            raise ConfigError(f"{name}: expected NAME=SOURCE (e.g. weights=s3://bucket/weights.fits), "
+                              f"got {redact_url(str(item))!r}")
+        label, source = str(label).strip(), str(source).strip()
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", label):
+            raise ConfigError(f"{name}: companion name {label!r} must be lower-case letters, digits or _ "
+                              f"(e.g. weights, noise, mask)")
+        if label in ("data", "cube") or label in dict(pairs):
+            raise ConfigError(f"{name}: companion name {label!r} is used twice or names the cube itself")
+        if not source:
+            raise ConfigError(f"{name}: companion {label!r} has no source")
+        try:
+            _check_syntax("source", "path", source)
+        except ConfigError as exc:
+            raise ConfigError(f"{name}: companion {label!r}: {exc}") from None
+        pairs.append((label, source))
+    return tuple(pairs)
 
 
 def _check_url(name: str, url: str) -> None:
@@ -279,6 +356,10 @@ def _check_syntax(name: str, kind: str, value: str) -> None:
             parse_region(value)
         except RegionError as exc:
             raise ConfigError(str(exc)) from None
+    elif kind == "region_shape":
+        parse_region_shape(value)
+    elif kind == "overlap":
+        parse_min_overlap(value)
     elif name == "endpoint_url" and _source_form(value) != "http":
         raise ConfigError(f"endpoint_url: expected an http(s):// URL, got {redact_url(value)!r}")
     elif name in ("source", "endpoint_url") and _source_form(value) == "http":
@@ -384,18 +465,24 @@ def _default_text(f) -> str:
     return str(f.default)
 
 
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add --config and one option per RunConfig field (--chunk-bytes, --progress/--no-progress...),
-    all defaulting to None so that 'not given' can be told from 'given the default'."""
+def add_run_arguments(parser: argparse.ArgumentParser, command: str = "run") -> None:
+    """Add --config and one option per RunConfig field that `command` offers (--chunk-bytes,
+    --progress/--no-progress...), all defaulting to None so that 'not given' can be told from
+    'given the default'."""
     parser.add_argument("--config", metavar="PATH", default=None,
                         help="TOML file with a [run] table; command-line options override it")
     for f in fields(RunConfig):
         meta = f.metadata
+        if command not in meta["commands"]:
+            continue
         unit = f"{meta['unit']}; " if meta["unit"] else ""
         text = f"{meta['help']} [{unit}default {_default_text(f)}]".replace("%", "%%")
         flag = "--" + f.name.replace("_", "-")
         if meta["kind"] == "bool":
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=text)
+        elif meta["kind"] == "companions":  # repeatable: --companion weights=... --companion noise=...
+            parser.add_argument("--companion", dest=f.name, action="append", default=None, metavar="NAME=SOURCE",
+                                help=text)
         else:
             # Strings go straight to check_field so CLI and TOML errors read the same.
             metavar = "{" + ",".join(meta["choices"]) + "}" if meta["choices"] else f.name.upper()
@@ -419,9 +506,19 @@ def source_argument(text: str, field: str = "source") -> str:
     return text
 
 
+def _companion_argument(item: str):
+    """NAME=SOURCE from the command line, its SOURCE read like --source (env:VAR allowed)."""
+    if "=" not in item:
+        return item  # check_field names the mistake
+    label, source = item.split("=", 1)
+    return label, source_argument(source, "companion")
+
+
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """The RunConfig for parsed `add_run_arguments` options."""
     cli_values = {name: getattr(args, name, None) for name in _FIELDS}
     if cli_values.get("source") is not None:
         cli_values["source"] = source_argument(cli_values["source"])
+    if cli_values.get("companions"):  # NAME=env:VAR keeps a companion's presigned URL out of ps too
+        cli_values["companions"] = [_companion_argument(item) for item in cli_values["companions"]]
     return load_config(cli_values, getattr(args, "config", None))

@@ -67,12 +67,37 @@ def test_cli_parser_round_trip(tmp_path):
 
 
 def test_every_field_has_an_option_and_help():
-    parser = argparse.ArgumentParser()
-    add_run_arguments(parser)
-    dests = {a.dest for a in parser._actions}
+    """Every field is an option of `prestage` (which takes them all) and has help; `run` and
+    `stage` offer all but the pre-stage ones."""
+    dests = {}
+    for command in ("run", "stage", "prestage"):
+        parser = argparse.ArgumentParser()
+        add_run_arguments(parser, command)
+        dests[command] = {a.dest for a in parser._actions}
     for f in dataclasses.fields(RunConfig):
-        assert f.name in dests
+        assert f.name in dests["prestage"]
         assert f.metadata["help"]
+        assert (f.name in dests["run"]) == ("prestage" not in f.metadata["help"].split(":")[0])
+
+
+def test_prestage_options_validate():
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser, "prestage")
+    args = parser.parse_args(["--source", "c.fits", "--output-dir", "o", "--companion", "weights=w.fits",
+                              "--companion", "noise=s3://bucket/n.fits", "--region-shape", "20x20x10",
+                              "--min-overlap", "4,2", "--layout", "subcubes"])
+    cfg = config_from_args(args)
+    assert cfg.companions == (("weights", "w.fits"), ("noise", "s3://bucket/n.fits"))
+    assert (cfg.region_shape, cfg.min_overlap, cfg.layout) == ("20x20x10", "4,2", "subcubes")
+    for bad, match in [(["--companion", "weights"], "companions: expected NAME=SOURCE"),
+                       (["--companion", "Weights=w.fits"], "companion name 'Weights'"),
+                       (["--companion", "w=a.fits", "--companion", "w=b.fits"], "used twice"),
+                       (["--region-shape", "20x20"], "region_shape"),
+                       (["--region-shape", "20x20x10", "--grid", "2x1x1"], "region_shape: .* give one of them"),
+                       (["--min-overlap", "4,2"], "min_overlap: .* only applies with region_shape"),
+                       (["--layout", "tiles"], "layout: expected one of frame, frame-per-rank, subcubes")]:
+        with pytest.raises(ConfigError, match=match):
+            config_from_args(parser.parse_args(["--source", "c.fits"] + bad))
 
 
 # ---------------------------------------------------------------- validation names the field

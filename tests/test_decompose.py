@@ -274,5 +274,8 @@ def test_describe_boxes_and_resolve_grid():
     grid_fits, reason = resolve_grid(shape, "2x1x1", 2, 4)
     assert grid_fits == (2, 1, 1) and "60 contiguous run(s) of 8 B" in reason
     assert resolve_grid(shape, "auto", 3, 4)[0] == (1, 1, 3)
+    # Regions are not ranks: a given grid of 4 regions runs on 3 ranks (the driver assigns them).
+    grid_fits, reason = resolve_grid(shape, "2x2", 3, 4)
+    assert grid_fits == (2, 2, 1) and "4 region(s) on 3 rank(s)" in reason
     with pytest.raises(ConfigError, match="^grid: "):
-        resolve_grid(shape, "2x2", 3, 4)
+        resolve_grid(shape, "2x2x2x2", 3, 4)

@@ -294,10 +294,11 @@ def resolve_grid(shape, grid_text: str, n_ranks: int, itemsize: int, **cost) -> 
     if isinstance(grid_text, str) and grid_text.strip().lower() == "auto":
         return auto_grid(shape, n_ranks, itemsize, **cost)
     grid_fits = parse_grid(grid_text, len(shape))
-    boxes = grid_boxes(shape, grid_fits, n_ranks=n_ranks)
+    boxes = grid_boxes(shape, grid_fits)  # a given grid makes its own number of regions, ranks or not
     stats = describe_boxes(shape, boxes, itemsize)
     worst = max(stats, key=lambda s: (s.n_bytes, s.n_runs))
     return grid_fits, (
-        f"grid {format_grid(grid_fits)} as given: each rank reads at most {worst.n_runs:,} contiguous "
-        f"run(s) of {format_bytes(worst.run_bytes)} (balance {balance(stats):.2f})"
+        f"grid {format_grid(grid_fits)} as given: {len(boxes)} region(s) on {n_ranks} rank(s); each region "
+        f"is at most {worst.n_runs:,} contiguous run(s) of {format_bytes(worst.run_bytes)} "
+        f"(balance {balance(stats):.2f})"
     )

@@ -12,19 +12,34 @@ import numpy as np
 from ingest.api import apply_scaling, to_native
 from ingest.config import RunConfig, add_run_arguments, config_from_args
 from ingest.driver.job import Job, prepare_job
-from ingest.driver.read import read_rank_box
+from ingest.driver.read import read_rank_regions
 from ingest.driver.mpi import all_agree_or_raise, ranks_per_node, root_step, run_or_abort, world
 from ingest.errors import ConfigError
 
 
 @dataclass
 class RankResult:
-    """What `run` hands back on each rank: its data (None when written to output_dir only)."""
+    """What `run` hands back on each rank: the regions it read, each with its box and data (the
+    values as astropy returns them), its per-rank record, and on rank 0 the report."""
 
-    box: tuple
-    data: np.ndarray | None
+    regions: list  # of driver.read.RegionRead, .data converted as astropy would
     record: dict
     report: dict | None  # rank 0 only
+
+    @property
+    def box(self) -> tuple:
+        """The box of this rank's one region (the usual case: one region per rank)."""
+        return self._only().box
+
+    @property
+    def data(self) -> np.ndarray | None:
+        """The data of this rank's one region."""
+        return self._only().data
+
+    def _only(self):
+        if len(self.regions) != 1:
+            raise ValueError(f"this rank read {len(self.regions)} regions; use .regions")
+        return self.regions[0]
 
 
 def _settings_facts(job: Job) -> dict:
@@ -59,22 +74,24 @@ def run(comm, cfg: RunConfig) -> RankResult:
     if rank == 0:
         print(f"ingest: {job.layout.source}: shape {job.layout.shape} {job.layout.raw_dtype.str}, "
               f"{comm.Get_size()} rank(s); {job.grid_reason}", flush=True)
-    raw, record = read_rank_box(comm, cfg, job, job.read_source, job.method, "direct")
-    error = None
-    if cfg.output_dir:
+    regions, record, error = read_rank_regions(comm, cfg, job, job.read_source, job.method, "direct")
+    if cfg.output_dir and error is None:
         t_write = MPI.Wtime()
         try:
             from ingest.outputs.subcubes import write_subcube
 
-            record["output_path"] = write_subcube(cfg.output_dir, rank, job.boxes[rank], raw, job.layout)
+            paths = [write_subcube(cfg.output_dir, rank, r.box, r.data, job.layout) for r in regions]
+            record["output_path"] = paths[0] if len(paths) == 1 else paths
         except Exception as exc:  # noqa: BLE001
             error = exc
         record["phase_s"]["write"] = MPI.Wtime() - t_write
     all_agree_or_raise(comm, error)
-    data = apply_scaling(raw, job.layout)
-    if cfg.native_byteorder:
-        data = to_native(data)
+    for region in regions:
+        region.data = apply_scaling(region.data, job.layout)
+        if cfg.native_byteorder:
+            region.data = to_native(region.data)
     records = comm.gather(record, root=0)
+    region_records = comm.gather([r.record for r in regions], root=0)
     baseline = None
     if cfg.compare == "staging":
         from ingest.driver.staging import measure_staging
@@ -87,9 +104,14 @@ def run(comm, cfg: RunConfig) -> RankResult:
         report = reports.build_report(config=cfg.to_report_dict(), cube=reports.cube_from_layout(job.layout),
                                       grid=_grid_facts(cfg, job),
                                       ranks=records, mode="direct", baseline=baseline,
-                                      settings=_settings_facts(job))
+                                      settings=_settings_facts(job), regions=_flat(region_records))
         _publish(cfg, report)
-    return RankResult(job.boxes[rank], data, record, report)
+    return RankResult(regions, record, report)
+
+
+def _flat(per_rank: list[list[dict]]) -> list[dict]:
+    """Rank 0: every rank's region records as one list, by region index."""
+    return sorted((r for rank in per_rank for r in rank), key=lambda r: r["index"])
 
 
 def _publish(cfg: RunConfig, report: dict) -> None:

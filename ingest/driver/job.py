@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from ingest.api import plan_read
 from ingest.config import RunConfig
-from ingest.core.decompose import grid_boxes, resolve_grid
+from ingest.core.decompose import format_grid, grid_boxes, resolve_grid
+from ingest.core.regions import assign_regions, parse_min_overlap, parse_region_shape, s2p_regions
 from ingest.driver.source import ensure_lifetime, resolve_source
 from ingest.errors import ConfigError
 from ingest.formats.fits import Layout
@@ -43,9 +44,10 @@ class Job:
     method: str
     layout: Layout
     info: ObjectInfo
-    grid_fits: tuple[int, ...]
+    grid_fits: tuple[int, ...]  # regions per axis, FITS order
     grid_reason: str
-    boxes: tuple  # per rank: ((start, stop), ...) in numpy axis order
+    regions: tuple  # every region's box: ((start, stop), ...) in numpy axis order
+    assignment: tuple  # per rank: the indices of the regions it reads, in the order it reads them
     settings: Settings
     signer_args: tuple | None = None  # (bucket, key, expires_s, endpoint) when ranks may re-sign
     estimate_s: float = 0.0  # the cost model's prediction for the slowest rank
@@ -102,22 +104,53 @@ def _tuned(cfg: RunConfig, configured: Settings, transport: Transport, layout: L
 
 
 def _decompose(cfg: RunConfig, settings: Settings, layout: Layout, n_ranks: int):
-    """(grid, reason, boxes) for the job region split among n_ranks."""
+    """(grid, reason, regions) for the job region: s2p_setup's regions of region_shape, the
+    grid as given (any number of regions), or an automatic grid of one region per rank."""
     job_box = _job_box(cfg, layout)
+    if cfg.region_shape is not None:
+        shape_fits = parse_region_shape(cfg.region_shape)
+        overlap = parse_min_overlap(cfg.min_overlap or "0,0")
+        regions = s2p_regions(layout.shape, shape_fits, overlap, job_box)
+        grid_fits = tuple(len({box[axis] for box in regions}) for axis in reversed(range(len(layout.shape))))
+        reason = (f"{len(regions)} regions of {format_grid(shape_fits)} px by s2p_setup's rule "
+                  f"(min overlap {overlap[0]} px spatial, {overlap[1]} px spectral)")
+        return grid_fits, reason, regions
     job_shape = tuple(b - a for a, b in job_box)
     grid_fits, reason = resolve_grid(
         job_shape, cfg.grid, n_ranks, layout.itemsize, latency_s=settings.cost.latency_s,
         bandwidth_bytes_per_s=settings.cost.bandwidth_bytes_per_s, chunk_bytes=settings.chunk_bytes,
         threads=settings.threads,
     )
-    boxes = tuple(
+    regions = tuple(
         tuple((a + s, b + s) for (a, b), (s, _) in zip(box, job_box))
-        for box in grid_boxes(job_shape, grid_fits, cfg.halo, n_ranks=n_ranks)
+        for box in grid_boxes(job_shape, grid_fits, cfg.halo)
     )
-    return grid_fits, reason, boxes
+    return grid_fits, reason, regions
 
 
-def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1, staging: bool = False) -> Job:
+def box_bytes(box, itemsize: int) -> int:
+    """Bytes of one region's box."""
+    n = itemsize
+    for a, b in box:
+        n *= b - a
+    return n
+
+
+def assign(regions, itemsize: int, n_ranks: int, todo=None) -> tuple:
+    """Which of `todo` (default all) regions each rank reads: the largest first, balanced by bytes."""
+    todo = list(range(len(regions))) if todo is None else list(todo)
+    per_rank = assign_regions([box_bytes(regions[i], itemsize) for i in todo], n_ranks)
+    return tuple(tuple(todo[k] for k in mine) for mine in per_rank)
+
+
+def _predicted_makespan_s(cfg: RunConfig, settings: Settings, layout: Layout, regions, assignment) -> float:
+    """The cost model's time of the busiest rank (its regions read one after another)."""
+    return max((sum(plan_box(cfg, settings, layout, regions[i])[1].predicted_s(settings.cost, settings.threads)
+                    for i in mine) for mine in assignment), default=0.0)
+
+
+def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1, staging: bool = False,
+                rank_outputs: bool = True) -> Job:
     """Rank 0: resolve the source, read the header, check there is room to stage (before any
     data moves), probe and tune, decompose the cube, check the URL's lifetime against the
     estimate, check the output directory."""
@@ -134,17 +167,19 @@ def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1, staging: 
 
             check_space(cfg.stage_dir, info.object_bytes)
         if cfg.strategy == "auto" and layout.data_bytes >= PROBE_MIN_DATA_BYTES:
-            # The grid depends on the link too, so tune for the largest box a first grid gives
-            # (decompose puts a largest box at rank 0).
-            _, _, boxes = _decompose(cfg, settings, layout, n_ranks)
-            settings = _tuned(cfg, settings, transport, layout, boxes[0], ranks_per_node, header)
-    grid_fits, reason, boxes = _decompose(cfg, settings, layout, n_ranks)
-    estimate_s = max(plan_box(cfg, settings, layout, box)[1].predicted_s(settings.cost, settings.threads)
-                     for box in boxes)
+            # The grid depends on the link too, so tune for the largest region a first split gives.
+            _, _, regions = _decompose(cfg, settings, layout, n_ranks)
+            largest = max(regions, key=lambda box: box_bytes(box, layout.itemsize))
+            settings = _tuned(cfg, settings, transport, layout, largest, ranks_per_node, header)
+    grid_fits, reason, regions = _decompose(cfg, settings, layout, n_ranks)
+    assignment = assign(regions, layout.itemsize, n_ranks)
+    estimate_s = _predicted_makespan_s(cfg, settings, layout, regions, assignment)
     if method == "presigned":
         read_source = ensure_lifetime(read_source, signer_args, 2 * estimate_s + 60.0, cfg)
-    if cfg.output_dir:
+    if cfg.output_dir and rank_outputs:  # `run --output-dir`: one cut-out per rank and region
         from ingest.outputs.subcubes import check_output_dir, output_name
 
-        check_output_dir(cfg.output_dir, [output_name(r, b) for r, b in enumerate(boxes)])
-    return Job(read_source, method, layout, info, grid_fits, reason, boxes, settings, signer_args, estimate_s)
+        check_output_dir(cfg.output_dir, [output_name(r, regions[i]) for r, mine in enumerate(assignment)
+                                          for i in mine])
+    return Job(read_source, method, layout, info, grid_fits, reason, regions, assignment, settings, signer_args,
+               estimate_s)

@@ -1,13 +1,36 @@
-"""One rank's timed read of its box, after a barrier, into a per-rank record for the report."""
+"""One rank's timed read of its regions, after a barrier: a record per region and one per rank.
+
+A rank reads its regions one after another (the job's assignment puts the largest first), each
+with one plan, into a fresh array or into a destination the caller supplies (a mapped output
+file). An error stops the rank's remaining regions; it is returned, not raised, so the caller
+can record what did complete (prestage's manifest) before every rank learns of it together.
+"""
 from __future__ import annotations
 
 import socket
+from dataclasses import dataclass
 
+import numpy as np
+
+from ingest.api import read_selection
 from ingest.config import RunConfig
 from ingest.driver.job import Job, plan_box, retry_policy, transport_options
 from ingest.driver.mpi import all_agree_or_raise
-from ingest.api import read_selection
+from ingest.io.executor import ReadStats, execute
 from ingest.io.transports import open_transport
+
+_SUM_KEYS = ("bytes_needed", "bytes_wire", "requests", "retries", "resumed_bytes")
+
+
+@dataclass
+class RegionRead:
+    """One region this rank read: its index, box, data (raw stored values, None when written to a
+    file; `run` converts them as astropy would) and record."""
+
+    index: int
+    box: tuple
+    data: np.ndarray | None
+    record: dict
 
 
 def _progress_bar(cfg: RunConfig, rank: int, size: int, total_bytes: int, label: str):
@@ -20,14 +43,54 @@ def _progress_bar(cfg: RunConfig, rank: int, size: int, total_bytes: int, label:
                 disable=None, leave=False)
 
 
-def read_rank_box(comm, cfg: RunConfig, job: Job, source: str, method: str, label: str, **extra_options):
-    """Every rank: plan and read its box from `source`, timed after a barrier. Returns
-    (raw array, record). Errors on any rank are raised on all ranks together."""
+def _region_record(rank: int, index: int, box, stats: ReadStats, start_s: float, stop_s: float) -> dict:
+    return {
+        "index": index, "rank": rank, "box": [list(b) for b in box], "status": "read",
+        "bytes_needed": stats.bytes_needed, "bytes_wire": stats.bytes_wire, "requests": stats.requests,
+        "retries": stats.retries, "resumed_bytes": stats.resumed_bytes, "faults": dict(stats.faults),
+        "first_byte_s": stats.first_byte_s, "start_s": start_s, "stop_s": stop_s, "elapsed_s": stop_s - start_s,
+    }
+
+
+def rank_record(rank: int, regions: list[dict], elapsed_s: float, plan_s: float, plans: list[dict]) -> dict:
+    """The per-rank record of the report: its regions' sums, timed from the job's barrier."""
+    faults: dict = {}
+    for r in regions:
+        for kind, count in r["faults"].items():
+            faults[kind] = faults.get(kind, 0) + count
+    sums = {key: sum(r[key] for r in regions) for key in _SUM_KEYS}
+    first = [r["first_byte_s"] + r["start_s"] for r in regions if r["first_byte_s"] is not None]
+    return {
+        "rank": rank,
+        "host": socket.gethostname(),
+        "box": regions[0]["box"] if len(regions) == 1 else None,  # one region: the box, as the table shows
+        "regions": [r["index"] for r in regions],
+        **sums,
+        "faults": faults,
+        "first_byte_s": min(first) if first else None,
+        "start_s": 0.0,
+        "stop_s": elapsed_s,
+        "elapsed_s": elapsed_s,
+        "throughput_bytes_per_s": sums["bytes_needed"] / elapsed_s if elapsed_s > 0 else 0.0,
+        "output_path": None,
+        "phase_s": {"plan": plan_s, "read": elapsed_s},
+        "plan": plans[0] if len(plans) == 1 else None,
+    }
+
+
+def read_rank_regions(comm, cfg: RunConfig, job: Job, source: str, method: str, label: str, *,
+                      destination=None, on_region=None, **extra_options):
+    """Every rank: plan and read its regions (job.assignment[rank]) from `source`, timed after a
+    barrier. `destination(index, plan)`, if given, is a context manager yielding where a
+    region's bytes go (else a fresh array each); `on_region(RegionRead)` runs after each.
+    Returns (list of RegionRead, rank record, error or None). Set-up errors on any rank are
+    raised on all ranks together."""
     from mpi4py import MPI
 
     rank, size = comm.Get_rank(), comm.Get_size()
-    box = job.boxes[rank]
-    raw = record = error = None
+    mine = job.assignment[rank]
+    error = transport = None
+    plans = []
     try:
         if method == "presigned" and job.signer_args is not None:
             from ingest.io.presign import url_signer
@@ -37,45 +100,42 @@ def read_rank_box(comm, cfg: RunConfig, job: Job, source: str, method: str, labe
         if source == job.read_source:
             transport.adopt(job.info)  # rank 0 already learned size and identity: no HEAD per rank
         t_plan = MPI.Wtime()
-        sel, plan = plan_box(cfg, job.settings, job.layout, box)
+        plans = [plan_box(cfg, job.settings, job.layout, job.regions[i]) for i in mine]
         plan_s = MPI.Wtime() - t_plan
     except Exception as exc:  # noqa: BLE001 - shared with every rank below
         error = exc
-    all_agree_or_raise(comm, error)
-    bar = _progress_bar(cfg, rank, size, plan.wire_bytes, label)
+    try:
+        all_agree_or_raise(comm, error)
+    except BaseException:
+        if transport is not None:
+            transport.close()
+        raise
+    bar = _progress_bar(cfg, rank, size, sum(plan.wire_bytes for _, plan in plans), label)
+    done: list[RegionRead] = []
     comm.Barrier()
     t0 = MPI.Wtime()
     try:
-        raw, stats = read_selection(transport, job.layout, sel, plan, threads=job.settings.threads, convert=False,
-                                    progress=bar.update if bar else None, retry=retry_policy(cfg))
-        t_end = MPI.Wtime()
-    except Exception as exc:  # noqa: BLE001
+        for index, (sel, plan) in zip(mine, plans):
+            start_s = MPI.Wtime() - t0
+            common = dict(threads=job.settings.threads, progress=bar.update if bar else None, retry=retry_policy(cfg))
+            if destination is None:
+                raw, stats = read_selection(transport, job.layout, sel, plan, convert=False, **common)
+            else:
+                raw = None
+                with destination(index, plan) as dest:
+                    stats = execute(plan, transport, dest, **common)
+            region = RegionRead(index, job.regions[index], raw,
+                                _region_record(rank, index, job.regions[index], stats, start_s, MPI.Wtime() - t0))
+            if on_region is not None:
+                on_region(region)
+            done.append(region)
+    except Exception as exc:  # noqa: BLE001 - returned: the caller records progress, then raises on all ranks
         error = exc
     finally:
         if bar:
             bar.close()
         transport.close()
-    all_agree_or_raise(comm, error)
-    elapsed_s = t_end - t0
-    record = {
-        "rank": rank,
-        "host": socket.gethostname(),
-        "box": [list(b) for b in box],
-        "bytes_needed": stats.bytes_needed,
-        "bytes_wire": stats.bytes_wire,
-        "requests": stats.requests,
-        "retries": stats.retries,
-        "resumed_bytes": stats.resumed_bytes,
-        "faults": stats.faults,
-        "first_byte_s": stats.first_byte_s,
-        "start_s": 0.0,
-        "stop_s": elapsed_s,
-        "elapsed_s": elapsed_s,
-        "throughput_bytes_per_s": stats.bytes_needed / elapsed_s if elapsed_s > 0 else 0.0,
-        "output_path": None,
-        "phase_s": {"plan": plan_s, "read": elapsed_s},
-        "plan": plan.describe(job.settings.cost, job.settings.threads),
-    }
-    return raw, record
-
-
+    elapsed_s = MPI.Wtime() - t0
+    record = rank_record(rank, [r.record for r in done], elapsed_s, plan_s,
+                         [plan.describe(job.settings.cost, job.settings.threads) for _, plan in plans])
+    return done, record, error

@@ -13,7 +13,7 @@ import os
 from ingest.io import stage as staging
 from ingest.config import RunConfig
 from ingest.driver.job import Job, transport_options
-from ingest.driver.read import read_rank_box
+from ingest.driver.read import read_rank_regions
 from ingest.driver.mpi import all_agree_or_raise, root_step
 from ingest.io.transports import open_transport
 
@@ -62,8 +62,9 @@ def measure_staging(comm, cfg: RunConfig, job: Job) -> dict:
     except OSError as exc:
         error = exc
     all_agree_or_raise(comm, error)
-    _, record = read_rank_box(comm, cfg, job, os.path.abspath(final_path), "posix", "staged",
-                              direct=cfg.stage_direct_io)
+    regions, record, error = read_rank_regions(comm, cfg, job, os.path.abspath(final_path), "posix", "staged",
+                                               direct=cfg.stage_direct_io)
+    all_agree_or_raise(comm, error)
     records = comm.gather(record, root=0)
     if rank != 0:
         return {"baseline": None, "records": None}

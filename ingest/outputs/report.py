@@ -93,6 +93,14 @@ def aggregate(ranks: list[dict]) -> dict:
     }
 
 
+def region_counts(regions: list[dict]) -> dict:
+    """How many regions ended in each status (read, skipped, redone, failed, ...)."""
+    counts: dict = {}
+    for r in regions:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def cube_from_layout(layout) -> dict:
     """The report's `cube` block for an ingest.formats.fits.Layout."""
     return {
@@ -117,11 +125,13 @@ def staging_baseline(stage_s: float, read_aggregate: dict, source: str) -> dict:
 
 
 def build_report(*, config, cube: dict, grid: dict, ranks: list, mode: str = "direct",
-                 baseline: dict | None = None, settings: dict | None = None, extra: dict | None = None) -> dict:
+                 baseline: dict | None = None, settings: dict | None = None, extra: dict | None = None,
+                 regions: list | None = None) -> dict:
     """The whole report (schema ingest.report/1). `config` is RunConfig.to_report_dict() (a
     RunConfig is accepted too); `settings` the values the reads used (threads, chunk_bytes,
     max_gap_bytes, the probe and the tuner's reasons, predicted_makespan_s), to which the
-    measured makespan is added; `speedup` = baseline total_s / this run's makespan_s."""
+    measured makespan is added; `speedup` = baseline total_s / this run's makespan_s. `regions`:
+    one record per region (index, rank, box, bytes, time, status), beside the per-rank ones."""
     import ingest  # late: ingest/__init__ imports the engine, which must not need the report
 
     if mode not in MODES:
@@ -145,6 +155,9 @@ def build_report(*, config, cube: dict, grid: dict, ranks: list, mode: str = "di
         "ranks": ordered,
         "aggregate": agg,
     }
+    if regions is not None:
+        report["regions"] = sorted(regions, key=lambda r: r["index"])
+        report["region_counts"] = region_counts(report["regions"])
     if baseline is not None:
         report["baseline"] = {k: baseline.get(k) for k in BASELINE_KEYS}
         if mode == "direct":
@@ -223,7 +236,7 @@ def _num(value, fmt: str, scale: float = 1.0) -> str:
 def _rank_row(r: dict, agg: dict) -> list[str]:
     marks = [name for name in ("slowest", "fastest") if agg["ranks"] > 1 and agg[f"{name}_rank"]["rank"] == r["rank"]]
     return [
-        str(r["rank"]), _box_text(r.get("box") or []),
+        str(r["rank"]), _box_text(r["box"]) if r.get("box") else f"{len(r.get('regions') or [])} regions",
         _num(r.get("bytes_needed"), ".1f", 1 / MiB), _num(r.get("bytes_wire"), ".1f", 1 / MiB),
         str(r.get("requests", "-")), str(r.get("retries", "-")),
         _num(r.get("first_byte_s"), ".1f", 1000.0), _num(r.get("elapsed_s"), ".3f"),
@@ -282,6 +295,9 @@ def render_summary(report: dict) -> str:
     if len(rows) < len(report["ranks"]):
         lines.append(f"  ({len(report['ranks']) - sum(r is not None for r in rows)} of "
                      f"{len(report['ranks'])} ranks not shown; the JSON has them all)")
+    if report.get("region_counts"):
+        counts = ", ".join(f"{n} {status}" for status, n in report["region_counts"].items())
+        lines.append(f"  regions: {len(report['regions'])} ({counts}); the JSON has one record per region")
     elapsed = agg["elapsed_s"]
     amp = agg.get("read_amplification")
     lines += [
