@@ -16,6 +16,7 @@ from ingest.errors import IngestError
 COMMANDS = {
     "run": "ingest.driver",
     "stage": "ingest.driver",
+    "prestage": "ingest.driver.prestage",
     "info": "ingest.commands",
     "plan": "ingest.commands",
     "report": "ingest.outputs.report",

@@ -77,3 +77,23 @@ def test_sparse_frame_holes_stay_holes(tmp_path):
     assert box_bytes <= allocated <= box_bytes + 64 * 2 * 4096  # at most one partial page at each end of a plane
     got = np.fromfile(path, dtype=">f4", offset=layout.data_offset, count=data.size).reshape(shape)
     assert np.array_equal(got[:, :8, :], data[:, :8, :])
+
+
+@settings(max_examples=60, deadline=None)
+@given(cube_and_region(), st.integers(1, 300))
+def test_crc32_is_the_selections_bytes_in_either_layout(tmp_path_factory, case, slab_bytes):
+    import zlib
+
+    from ingest.io.destination import crc32_of
+
+    shape, bitpix, region = case
+    blob, data, layout = cube_object(shape, bitpix)
+    sel, plan = plan_read(layout, region, strategy="small", chunk_bytes=64)
+    want = np.ascontiguousarray(np.asarray(data[region], dtype=data.dtype)).tobytes()
+    path = tmp_path_factory.mktemp("crc") / "frame.bin"
+    path.write_bytes(blob)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert crc32_of(mirror_file(fd, plan.lattice, writable=False), slab_bytes) == f"crc32:{zlib.crc32(want):08x}"
+    finally:
+        os.close(fd)

@@ -58,7 +58,24 @@ def _settings_facts(job: Job) -> dict:
 
 
 def _grid_facts(cfg: RunConfig, job: Job) -> dict:
-    return {"grid_fits": list(job.grid_fits), "reason": job.grid_reason, "halo": cfg.halo}
+    return {"grid_fits": list(job.grid_fits), "reason": job.grid_reason, "halo": cfg.halo,
+            "regions": len(job.regions)}
+
+
+@dataclass(frozen=True)
+class ReportFacts:
+    """What every report of a job shares (config, cube, grid, settings); `build` adds the records."""
+
+    cfg: RunConfig
+    job: Job
+
+    def build(self, records: list, *, mode: str, baseline=None, regions=None, extra=None) -> dict:
+        from ingest.outputs import report as reports
+
+        return reports.build_report(config=self.cfg.to_report_dict(), cube=reports.cube_from_layout(self.job.layout),
+                                    grid=_grid_facts(self.cfg, self.job), ranks=records, mode=mode,
+                                    baseline=baseline, settings=_settings_facts(self.job), regions=regions,
+                                    extra=extra)
 
 
 def run(comm, cfg: RunConfig) -> RankResult:
@@ -101,11 +118,9 @@ def run(comm, cfg: RunConfig) -> RankResult:
         baseline = reports.baseline_from_report(cfg.baseline)
     report = None
     if rank == 0:
-        report = reports.build_report(config=cfg.to_report_dict(), cube=reports.cube_from_layout(job.layout),
-                                      grid=_grid_facts(cfg, job),
-                                      ranks=records, mode="direct", baseline=baseline,
-                                      settings=_settings_facts(job), regions=_flat(region_records))
-        _publish(cfg, report)
+        report = ReportFacts(cfg, job).build(records, mode="direct", baseline=baseline,
+                                              regions=_flat(region_records))
+        publish_report(cfg, report)
     return RankResult(regions, record, report)
 
 
@@ -114,7 +129,7 @@ def _flat(per_rank: list[list[dict]]) -> list[dict]:
     return sorted((r for rank in per_rank for r in rank), key=lambda r: r["index"])
 
 
-def _publish(cfg: RunConfig, report: dict) -> None:
+def publish_report(cfg: RunConfig, report: dict) -> None:
     """Rank 0: write the JSON (data first), then print the table drawn from it."""
     from ingest.outputs import report as reports
 
@@ -137,11 +152,8 @@ def stage(comm, cfg: RunConfig) -> dict | None:
     result = measure_staging(comm, cfg, job)
     if comm.Get_rank() != 0:
         return None
-    report = reports.build_report(config=cfg.to_report_dict(), cube=reports.cube_from_layout(job.layout),
-                                  grid=_grid_facts(cfg, job),
-                                  ranks=result["records"], mode="staging", baseline=result["baseline"],
-                                  settings=_settings_facts(job))
-    _publish(cfg, report)
+    report = ReportFacts(cfg, job).build(result["records"], mode="staging", baseline=result["baseline"])
+    publish_report(cfg, report)
     return report
 
 

@@ -14,8 +14,10 @@ no page outside the needed runs is touched, so a frame file's holes stay holes.
 """
 from __future__ import annotations
 
+import math
 import mmap
 import os
+import zlib
 from contextlib import contextmanager
 
 import numpy as np
@@ -71,14 +73,15 @@ class FileDestination(Destination):
     """Runs written into an open file (`fd`, opened read-write and already sized), one mapped
     window per request."""
 
-    def __init__(self, fd: int, lattice: Lattice, base: int, strides: tuple[int, ...]):
+    def __init__(self, fd: int, lattice: Lattice, base: int, strides: tuple[int, ...], *, writable: bool = True):
         super().__init__(lattice, base, strides)
         self.fd = fd
+        self.protection = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
 
     @contextmanager
     def window(self, lo: int, hi: int):
         start = lo - lo % _PAGE_BYTES
-        mapped = mmap.mmap(self.fd, hi - start, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=start)
+        mapped = mmap.mmap(self.fd, hi - start, mmap.MAP_SHARED, self.protection, offset=start)
         view = np.frombuffer(mapped, dtype=np.uint8, count=hi - lo, offset=lo - start)
         try:
             yield view
@@ -99,14 +102,48 @@ def compact_strides(lattice: Lattice) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def compact_file(fd: int, lattice: Lattice, data_offset: int) -> FileDestination:
+def compact_file(fd: int, lattice: Lattice, data_offset: int, *, writable: bool = True) -> FileDestination:
     """A cut-out file: the selection's bytes in C order from `data_offset` on."""
-    return FileDestination(fd, lattice, data_offset, compact_strides(lattice))
+    return FileDestination(fd, lattice, data_offset, compact_strides(lattice), writable=writable)
 
 
-def mirror_file(fd: int, lattice: Lattice) -> FileDestination:
+def mirror_file(fd: int, lattice: Lattice, *, writable: bool = True) -> FileDestination:
     """A frame file: every byte at the offset it has in the object."""
-    return FileDestination(fd, lattice, lattice.base, lattice.strides)
+    return FileDestination(fd, lattice, lattice.base, lattice.strides, writable=writable)
+
+
+def crc32_of(dest: Destination, slab_bytes: int = 32 << 20) -> str:
+    """CRC-32 of the lattice's bytes in C order, read back from `dest` a slab at a time.
+
+    The same region has the same checksum in a frame file and in a cut-out (layout-free), and a
+    flipped byte anywhere in it changes the checksum. Memory: one slab (<= slab_bytes) at a time.
+    """
+    lat = dest.lattice
+    m = len(lat.counts)
+    inner = [math.prod(lat.counts[j + 1:]) * lat.run_bytes for j in range(m)]
+    level = next((j for j in range(m) if inner[j] <= slab_bytes), None)
+    crc = 0
+    if level is None:  # no outer axes, or single runs bigger than a slab: runs piece by piece
+        for index in np.ndindex(*lat.counts):
+            lo = dest.offset(index)
+            for piece in range(0, lat.run_bytes, slab_bytes):
+                with dest.window(lo + piece, lo + min(lat.run_bytes, piece + slab_bytes)) as win:
+                    crc = zlib.crc32(win, crc)
+        return f"crc32:{crc:08x}"
+    group = max(1, slab_bytes // inner[level])
+    shape_tail = lat.counts[level + 1:] + (lat.run_bytes,)
+    for prefix in np.ndindex(*lat.counts[:level]):
+        for first in range(0, lat.counts[level], group):
+            units = min(group, lat.counts[level] - first)
+            lo = dest.offset(prefix + (first,))
+            with dest.window(lo, lo + (units - 1) * dest.strides[level] + dest.unit_spans[level]) as win:
+                crc = _crc_of(win, (units,) + shape_tail, dest.strides[level:] + (1,), crc)
+    return f"crc32:{crc:08x}"
+
+
+def _crc_of(win: np.ndarray, shape: tuple[int, ...], strides: tuple[int, ...], crc: int) -> int:
+    """CRC of a strided view of a window, continued from `crc` (its own function so the view dies here)."""
+    return zlib.crc32(np.ascontiguousarray(np.ndarray(shape, np.uint8, buffer=win, strides=strides)), crc)
 
 
 def size_file(fd: int, nbytes: int) -> None:

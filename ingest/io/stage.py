@@ -68,8 +68,9 @@ def part_range(object_bytes: int, part: int, n_parts: int, chunk_bytes: int) -> 
     return start, stop
 
 
-def check_space(stage_dir: str, object_bytes: int) -> None:
-    """Refuse (IngestError) when stage_dir's filesystem has fewer than object_bytes free.
+def check_space(stage_dir: str, object_bytes: int, *, field: str = "stage_dir",
+                purpose: str = "staging the object") -> None:
+    """Refuse (IngestError, naming `field`) when stage_dir's filesystem has fewer than object_bytes free.
 
     A stage_dir that does not exist yet is judged by its nearest existing parent, the
     filesystem it will be created on (prepare creates it).
@@ -78,17 +79,17 @@ def check_space(stage_dir: str, object_bytes: int) -> None:
     while not os.path.exists(probe):
         probe = os.path.dirname(probe)
     if not os.path.isdir(probe):
-        raise IngestError(f"stage_dir: {stage_dir} is not a directory ({probe} is a file)")
+        raise IngestError(f"{field}: {stage_dir} is not a directory ({probe} is a file)")
     try:
         st = os.statvfs(probe)
     except OSError as exc:
-        raise IngestError(f"stage_dir: cannot inspect {stage_dir}: {exc.strerror}") from None
+        raise IngestError(f"{field}: cannot inspect {stage_dir}: {exc.strerror}") from None
     # f_bavail, not f_bfree: the blocks reserved for root are not ours to fill, even as root.
     free_bytes = st.f_bavail * st.f_frsize
     if free_bytes < object_bytes:
         raise IngestError(
-            f"stage_dir: {stage_dir} has {format_bytes(free_bytes)} ({free_bytes} bytes) free, but staging "
-            f"the object needs {format_bytes(object_bytes)} ({object_bytes} bytes); nothing was downloaded"
+            f"{field}: {stage_dir} has {format_bytes(free_bytes)} ({free_bytes} bytes) free, but {purpose} "
+            f"needs {format_bytes(object_bytes)} ({object_bytes} bytes); nothing was downloaded"
         )
 
 

@@ -27,7 +27,7 @@ from ingest.io.presign import redact_url
 from ingest.units import MiB, format_bytes
 
 SCHEMA = "ingest.report/1"
-MODES = ("direct", "staging")
+MODES = ("direct", "staging", "prestage")
 CUBE_KEYS = ("source", "hdu", "shape", "dtype", "bitpix", "data_offset", "object_bytes")
 GRID_KEYS = ("grid_fits", "reason", "halo")
 BASELINE_KEYS = ("stage_s", "read_makespan_s", "total_s", "from", "read_ranks")
@@ -160,7 +160,7 @@ def build_report(*, config, cube: dict, grid: dict, ranks: list, mode: str = "di
         report["region_counts"] = region_counts(report["regions"])
     if baseline is not None:
         report["baseline"] = {k: baseline.get(k) for k in BASELINE_KEYS}
-        if mode == "direct":
+        if mode in ("direct", "prestage"):
             total_s = baseline.get("total_s")
             report["speedup"] = total_s / agg["makespan_s"] if total_s and agg["makespan_s"] > 0 else None
     if settings is not None:
