@@ -94,12 +94,32 @@ def _plan(args) -> int:
         f"predicted {summary['predicted_s']:.3f} s with {args.threads} threads "
         f"(model: {cost.latency_s * 1e3:.2f} ms per request, {format_bytes(cost.bandwidth_bytes_per_s)}/s)"
     )
+    if args.regions_for is not None:
+        _print_regions(args, layout, tuning)
     for i in range(min(args.requests, plan.n_requests)):
         req = plan.request(i)
         print(f"  request {i}: bytes [{req.offset}, {req.offset + req.nbytes})  {format_bytes(req.nbytes)}")
     if plan.n_requests > args.requests > 0:
         print(f"  ... {plan.n_requests - args.requests} more")
     return 0
+
+
+def _print_regions(args, layout, tuning) -> None:
+    """The job's regions (as `run`/`prestage` would split it on --ranks ranks), and who reads which."""
+    from ingest.config import load_config
+    from ingest.driver.job import _configured, assign, box_bytes, decompose_job
+
+    cfg = load_config({"source": args.source, "grid": args.grid, "halo": args.halo, "region_shape": args.region_shape,
+                       "min_overlap": args.min_overlap, "region": args.job_region})
+    settings = _configured(cfg)
+    n_ranks = _positive_int(args.regions_for, "ranks")
+    grid_fits, reason, regions = decompose_job(cfg, settings, layout, n_ranks)
+    rank_of = {i: r for r, mine in enumerate(assign(regions, layout.itemsize, n_ranks)) for i in mine}
+    print(f"regions on {n_ranks} rank(s): {reason}")
+    print("  region  rank  x_min, x_max, y_min, y_max, z_min, z_max (0-based, inclusive)  bytes")
+    for i, box in enumerate(regions):
+        inclusive = ", ".join(f"{a}, {b - 1}" for a, b in reversed(box))
+        print(f"  {i + 1:6d}  {rank_of[i]:4d}  {inclusive:<50}  {format_bytes(box_bytes(box, layout.itemsize))}")
 
 
 def _positive_int(text: str, field: str) -> int:
@@ -153,4 +173,11 @@ def add_parser(sub) -> None:
         "--bandwidth-bytes-per-s", type=float, default=CostModel.bandwidth_bytes_per_s, help="model: link bytes/s"
     )
     p.add_argument("--requests", type=int, default=5, help="list the first N requests (default 5)")
+    p.add_argument("--ranks", dest="regions_for", default=None, metavar="N",
+                   help="also list the regions a job on N ranks splits the cube into, and which rank reads each")
+    p.add_argument("--grid", default="auto", help="with --ranks: regions per axis 'PXxPYxPZ' (default auto: one per rank)")
+    p.add_argument("--halo", default=0, help="with --ranks and --grid: pixels each region grows into its neighbours")
+    p.add_argument("--region-shape", default=None, help="with --ranks: s2p_setup regions of WxHxD pixels (FITS order)")
+    p.add_argument("--min-overlap", default=None, help="with --region-shape: SPATIAL,SPECTRAL pixels")
+    p.add_argument("--job-region", default=None, help='with --ranks: restrict the job, e.g. "0:100,:,:" (numpy order)')
     p.set_defaults(func=_plan)

@@ -140,3 +140,13 @@ def test_bad_input_is_refused_before_any_data_moves(cubes, tmp_path):
     proc = cli(["prestage", "--source", cubes["cube"]["path"], "--output-dir", out_dir, "--no-progress"], env)
     assert proc.returncode == 1 and "no manifest.json says ingest wrote it" in proc.stderr
     assert (out_dir / "cube.fits").read_bytes() == b"precious"
+
+
+def test_plan_lists_the_regions_and_their_ranks(cubes):
+    proc = cli(["plan", cubes["cube"]["path"], "--ranks", "4", *REGIONS, "--requests", "0"], child_env())
+    assert proc.returncode == 0, proc.stderr
+    assert "regions on 4 rank(s): 18 regions of 20x16x12 px by s2p_setup's rule" in proc.stdout
+    rows = [line.split() for line in proc.stdout.splitlines() if line.strip()[:1].isdigit() and "," in line]
+    assert [int(r[0]) for r in rows] == list(range(1, 19))
+    assert sorted({int(r[1]) for r in rows}) == [0, 1, 2, 3]
+    assert " ".join(rows[0][2:8]) == "0, 20, 0, 16, 0, 12"  # s2p_setup's inclusive ends: w + 1 pixels

@@ -103,7 +103,7 @@ def _tuned(cfg: RunConfig, configured: Settings, transport: Transport, layout: L
                     {"probe": link.as_dict() if link else None, **tuning.as_dict()})
 
 
-def _decompose(cfg: RunConfig, settings: Settings, layout: Layout, n_ranks: int):
+def decompose_job(cfg: RunConfig, settings: Settings, layout: Layout, n_ranks: int):
     """(grid, reason, regions) for the job region: s2p_setup's regions of region_shape, the
     grid as given (any number of regions), or an automatic grid of one region per rank."""
     job_box = _job_box(cfg, layout)
@@ -168,10 +168,10 @@ def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1, staging: 
             check_space(cfg.stage_dir, info.object_bytes)
         if cfg.strategy == "auto" and layout.data_bytes >= PROBE_MIN_DATA_BYTES:
             # The grid depends on the link too, so tune for the largest region a first split gives.
-            _, _, regions = _decompose(cfg, settings, layout, n_ranks)
+            _, _, regions = decompose_job(cfg, settings, layout, n_ranks)
             largest = max(regions, key=lambda box: box_bytes(box, layout.itemsize))
             settings = _tuned(cfg, settings, transport, layout, largest, ranks_per_node, header)
-    grid_fits, reason, regions = _decompose(cfg, settings, layout, n_ranks)
+    grid_fits, reason, regions = decompose_job(cfg, settings, layout, n_ranks)
     assignment = assign(regions, layout.itemsize, n_ranks)
     estimate_s = _predicted_makespan_s(cfg, settings, layout, regions, assignment)
     if method == "presigned":
