@@ -150,3 +150,44 @@ def test_plan_lists_the_regions_and_their_ranks(cubes):
     assert [int(r[0]) for r in rows] == list(range(1, 19))
     assert sorted({int(r[1]) for r in rows}) == [0, 1, 2, 3]
     assert " ".join(rows[0][2:8]) == "0, 20, 0, 16, 0, 12"  # s2p_setup's inclusive ends: w + 1 pixels
+
+
+def test_a_killed_prestage_resumes_with_only_the_unfinished_regions(cubes, s3_server, toxiproxy, tmp_path):
+    """SIGKILL the whole job once some regions are done; the re-run reads only the others."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.mpitools import ROOT
+
+    name = "prestage-kill"
+    listen = toxiproxy.create_proxy(name, f"127.0.0.1:{s3_server.port}")
+    toxiproxy.add_toxic(name, "bandwidth", {"rate": 64})  # kB/s per connection: ~10 s for the job
+    env = child_env(s3_server, AWS_ENDPOINT_URL=f"http://{listen}")
+    out_dir = tmp_path / "stage"
+    args = ["prestage", "--source", cubes["cube"]["s3"], "--method", "s3", "--output-dir", str(out_dir), *REGIONS,
+            "--threads", "1", "--chunk-bytes", "8KiB", "--strategy", "small", "--no-probe", "--no-progress"]
+    cmd = ["mpiexec", "-n", "2", "--oversubscribe", "--bind-to", "none", sys.executable, "-m", "ingest", *args]
+    job = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
+    manifest_path, done = out_dir / "manifest.json", []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(done) < 4:
+        time.sleep(0.05)
+        if manifest_path.exists():
+            done = [r["index"] for r in json.loads(manifest_path.read_text())["regions"] if r["status"] == "done"]
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait(timeout=30)
+    done = [r["index"] for r in json.loads(manifest_path.read_text())["regions"] if r["status"] == "done"]
+    assert 4 <= len(done) < 18, f"kill landed after {len(done)} regions"
+    assert not (out_dir / "cube.fits").exists()  # not published: the frame is complete or absent
+    toxiproxy.reset()
+    proc, _ = mpiexec(2, [*args, "--report", tmp_path / "r.json"], env)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert sorted(r["index"] for r in report["regions"] if r["status"] == "skipped") == sorted(done)
+    assert report["region_counts"] == {"read": 18 - len(done), "skipped": len(done)}
+    assert report["aggregate"]["bytes_needed"] == sum(
+        r["bytes_needed"] for r in report["regions"] if r["status"] == "read")
+    assert np.array_equal(fits.getdata(out_dir / "cube.fits"), cubes["cube"]["data"])
