@@ -404,3 +404,30 @@ def test_tiny_cube_over_http_is_read_exactly(tmp_path):
     (name,) = os.listdir(out)
     with fits.open(out / name) as got, fits.open(path) as want:
         assert np.array_equal(got[0].data, want[0].data)
+
+
+# ------------------------------------------------------------------ prestage
+
+
+def test_prestage_output_dir_without_room_is_refused_before_any_data(big_cube, tmp_path):
+    """A frame needs room for its regions' bytes: refused before a data byte is sent, nothing left."""
+    with small_tmpfs(tmp_path / "small") as small, BadHttpServer(big_cube) as server:
+        err = assert_clear_error(
+            ingest_cli(["prestage", "--source", server.url, "--output-dir", small / "stage", "--no-progress"]),
+            "output_dir", small / "stage", "the regions to stage")
+        assert "nothing was" in err
+        assert server.bytes_sent <= 2880 + 1
+        assert_nothing_written(small)
+
+
+def test_prestage_frame_refuses_a_cube_in_an_extension(tmp_path):
+    """SoFiA-2 reads the primary HDU: a frame cannot carry an extension's header verbatim."""
+    path = tmp_path / "ext.fits"
+    write_cube(path, (4, 8, 8), -32, extension=True)
+    out_dir = tmp_path / "stage"
+    assert_clear_error(ingest_cli(["prestage", "--source", path, "--hdu", "1", "--output-dir", out_dir,
+                                   "--no-progress"]), "layout", "HDU 1", "--layout subcubes")
+    assert not out_dir.exists() or os.listdir(out_dir) == []
+    proc = ingest_cli(["prestage", "--source", path, "--hdu", "1", "--output-dir", out_dir, "--layout", "subcubes",
+                       "--no-progress"])
+    assert proc.returncode == 0, proc.stderr
