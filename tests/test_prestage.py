@@ -191,3 +191,14 @@ def test_a_killed_prestage_resumes_with_only_the_unfinished_regions(cubes, s3_se
     assert report["aggregate"]["bytes_needed"] == sum(
         r["bytes_needed"] for r in report["regions"] if r["status"] == "read")
     assert np.array_equal(fits.getdata(out_dir / "cube.fits"), cubes["cube"]["data"])
+
+
+def test_compare_staging_puts_the_whole_cube_copy_beside_the_prestage(cubes, tmp_path):
+    report_path = tmp_path / "r.json"
+    proc, _ = _prestage(["--source", cubes["cube"]["path"], "--output-dir", tmp_path / "stage", *REGIONS,
+                         "--compare", "staging", "--stage-dir", tmp_path / "copy", "--report", report_path],
+                        child_env(), n=2)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(report_path.read_text())
+    assert report["mode"] == "prestage" and report["baseline"]["stage_s"] > 0 and report["speedup"] > 0
+    assert "staging  prestage" in proc.stdout

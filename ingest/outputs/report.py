@@ -337,13 +337,13 @@ def _baseline_block(base: dict, agg: dict, mode: str, speedup) -> list[str]:
     lines = [f"staging baseline (from {base.get('from')}):"]
     if mode == "staging":
         return lines + [f"  stage {_num(stage_s, '.3f')} s + read {_num(read_s, '.3f')} s = total {_num(total_s, '.3f')} s"]
-    rows = [("", "staging", "direct"),
+    rows = [("", "staging", mode),
             ("stage s", _num(stage_s, ".3f"), "-"),
             ("read makespan s", _num(read_s, ".3f"), f"{agg['makespan_s']:.3f}"),
             ("total s", _num(total_s, ".3f"), f"{agg['makespan_s']:.3f}")]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines += ["  " + "  ".join([r[0].ljust(widths[0]), r[1].rjust(widths[1]), r[2].rjust(widths[2])]) for r in rows]
-    lines.append(f"speedup {_num(speedup, '.2f')}x (staging total / direct makespan)")
+    lines.append(f"speedup {_num(speedup, '.2f')}x (staging total / {mode} makespan)")
     return lines
 
 
