@@ -202,3 +202,20 @@ def test_compare_staging_puts_the_whole_cube_copy_beside_the_prestage(cubes, tmp
     report = json.loads(report_path.read_text())
     assert report["mode"] == "prestage" and report["baseline"]["stage_s"] > 0 and report["speedup"] > 0
     assert "staging  prestage" in proc.stdout
+
+
+def test_a_failing_rank_fails_the_job_and_its_regions_resume(cubes, tmp_path):
+    """Rank 1's reads raise after its first request: the job exits non-zero naming the rank, nothing
+    is published, the regions the others finished stay done, and a clean re-run completes."""
+    out_dir, env = tmp_path / "stage", child_env()
+    args = ["prestage", "--source", cubes["cube"]["path"], "--output-dir", out_dir, *REGIONS, "--threads", "1",
+            "--chunk-bytes", "8KiB", "--no-progress"]
+    proc, _ = mpiexec(3, ["1", "raise", *args], env, python_args=("tests/mpi_harness.py",))
+    assert proc.returncode != 0 and "rank 1" in proc.stderr
+    assert not (out_dir / "cube.fits").exists() and not list(out_dir.glob("sofia_*.par"))
+    done = [r["index"] for r in json.loads((out_dir / "manifest.json").read_text())["regions"] if r["status"] == "done"]
+    proc, _ = mpiexec(3, [*args, "--report", tmp_path / "r.json"], env)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert sorted(r["index"] for r in report["regions"] if r["status"] == "skipped") == sorted(done)
+    assert np.array_equal(fits.getdata(out_dir / "cube.fits"), cubes["cube"]["data"])

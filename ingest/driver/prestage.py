@@ -336,7 +336,9 @@ def prestage(comm, cfg: RunConfig) -> dict | None:
             comm.send(None, dest=0, tag=_TAG)  # this rank is finished (or failed): the listener stops counting it
         elif size > 1:
             listener.thread.join()
-    partial = root_step(comm, _publish_complete, cfg, stage, manifest) if error is None else None
+    # Every rank learns whether any failed before rank 0 publishes (a collective all must reach).
+    partial = None if any(comm.allgather(error is not None)) else root_step(comm, _publish_complete, cfg, stage,
+                                                                           manifest)
     all_agree_or_raise(comm, error)
     region_records = comm.gather(_merge_regions(per_cube_regions, set(bad)), root=0)
     records = comm.gather(_merge_rank(rank_records), root=0)
