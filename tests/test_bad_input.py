@@ -431,3 +431,30 @@ def test_prestage_frame_refuses_a_cube_in_an_extension(tmp_path):
     proc = ingest_cli(["prestage", "--source", path, "--hdu", "1", "--output-dir", out_dir, "--layout", "subcubes",
                        "--no-progress"])
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("template, names", [
+    (b"\x89PNG\r\n\x1a\n\0\0binary", ["SoFiA-2 template", "template.par", "not a parameter file"]),
+    (b"input.weights = w.fits\noutput.filename = x\n", ["template.par", "input.data"]),
+    (b"input.data = c.fits\nthis line has no equals sign\n", ["template.par", "line 2"]),
+])
+def test_prestage_refuses_a_bad_sofia_template_before_any_data(tmp_path, template, names):
+    cube = tmp_path / "cube.fits"
+    write_cube(cube, (4, 8, 8), -32)
+    (tmp_path / "template.par").write_bytes(template)
+    out_dir = tmp_path / "stage"
+    assert_clear_error(ingest_cli(["prestage", "--source", cube, "--output-dir", out_dir, "--no-progress",
+                                   "--sofia-template", tmp_path / "template.par"]), *names)
+    assert not out_dir.exists()
+
+
+def test_prestage_refuses_more_than_999_regions_with_a_template(tmp_path):
+    cube = tmp_path / "cube.fits"
+    write_cube(cube, (10, 10, 100), 8)  # a grid of 10 x 10 x 10 regions
+    (tmp_path / "t.par").write_text("input.data =\n")
+    out_dir = tmp_path / "stage"
+    err = assert_clear_error(ingest_cli(["prestage", "--source", cube, "--output-dir", out_dir, "--no-progress",
+                                         "--grid", "10x10x10", "--sofia-template", tmp_path / "t.par"]),
+                             "sofia_template", "1000 regions", "999")
+    assert "s2p_setup" in err
+    assert not out_dir.exists()

@@ -34,18 +34,54 @@ def _tail(path: Path, n_chars: int = 3000) -> str:
         return "(missing)"
 
 
+class Slurm:
+    """A running single-node SLURM of its own (own directory and ports), with a time budget."""
+
+    def __init__(self):
+        self.deadline = time.monotonic() + BUDGET_S
+        # Short path (slurmd puts unix sockets in its spool) and own ports, so a SLURM someone
+        # already runs from the default directory is neither reused nor stopped by this test.
+        self.dir = Path(tempfile.mkdtemp(prefix="ingest-slurm-"))
+        # Nothing from a surrounding allocation or a user's SLURM_MPI_TYPE may steer this job.
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        self.env.update(INGEST_SLURM_DIR=str(self.dir), SLURM_CONF=str(self.dir / "etc" / "slurm.conf"),
+                        INGEST_SLURM_CTLD_PORT=str(_free_port()), INGEST_SLURM_SLURMD_PORT=str(_free_port()))
+
+    def run(self, cmd, what, env=None, budget_s=None):
+        left_s = self.deadline - time.monotonic() if budget_s is None else budget_s
+        if left_s <= 0:
+            pytest.fail(f"SLURM check over its {BUDGET_S} s budget before {what}")
+        try:
+            return subprocess.run(cmd, env=env or self.env, capture_output=True, text=True, timeout=left_s)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{what} did not finish within its budget\nslurmctld log:\n"
+                        f"{_tail(self.dir / 'log' / 'slurmctld.log')}")
+
+    def logs(self) -> str:
+        return f"slurmd log:\n{_tail(self.dir / 'log' / 'slurmd.log')}"
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    """Start SLURM once for this module's jobs; stop it (and check it stopped) at the end."""
+    cluster = Slurm()
+    try:
+        t0 = time.monotonic()
+        started = cluster.run(["bash", str(SCRIPT), "start"], "scripts/slurm-local.sh start")
+        assert started.returncode == 0, f"slurm-local.sh start failed:\n{started.stderr}"
+        print(f"slurm start {time.monotonic() - t0:.1f} s")
+        yield cluster
+    finally:
+        stopped = subprocess.run(["bash", str(SCRIPT), "stop"], env=cluster.env, capture_output=True, text=True,
+                                 timeout=60)
+        shutil.rmtree(cluster.dir, ignore_errors=True)
+    assert stopped.returncode == 0, f"slurm-local.sh stop failed:\n{stopped.stderr}"
+
+
 @pytest.mark.slurm
-def test_srun_gives_one_world_of_n_tasks():
-    deadline = time.monotonic() + BUDGET_S
-    # Short path (slurmd puts unix sockets in its spool) and own ports, so a SLURM someone
-    # already runs from the default directory is neither reused nor stopped by this test.
-    slurm_dir = Path(tempfile.mkdtemp(prefix="ingest-slurm-"))
-    # Nothing from a surrounding allocation or a user's SLURM_MPI_TYPE may steer this job.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    env.update(INGEST_SLURM_DIR=str(slurm_dir), SLURM_CONF=str(slurm_dir / "etc" / "slurm.conf"),
-               INGEST_SLURM_CTLD_PORT=str(_free_port()), INGEST_SLURM_SLURMD_PORT=str(_free_port()))
-    out_file = slurm_dir / "job.out"
-    job = slurm_dir / "world.sbatch"
+def test_srun_gives_one_world_of_n_tasks(slurm):
+    out_file = slurm.dir / "job.out"
+    job = slurm.dir / "world.sbatch"
     job.write_text(
         "#!/bin/bash\n"
         f"#SBATCH --ntasks={N_TASKS}\n"
@@ -54,35 +90,32 @@ def test_srun_gives_one_world_of_n_tasks():
         f"srun -n {N_TASKS} {sys.executable} -c "
         "\"from mpi4py import MPI; c = MPI.COMM_WORLD; print(c.rank, c.size, flush=True)\"\n"
     )
+    t0 = time.monotonic()
+    submitted = slurm.run(["sbatch", "--wait", "--parsable", str(job)], "sbatch --wait")
+    output = _tail(out_file)
+    assert submitted.returncode == 0, (
+        f"job failed (sbatch rc {submitted.returncode}): {submitted.stderr}\njob output:\n{output}\n{slurm.logs()}")
+    lines = sorted(line.split() for line in output.splitlines() if line.strip())
+    # N separate singletons would print "0 1" N times: ranks AND size must both be right.
+    assert lines == [[str(r), str(N_TASKS)] for r in range(N_TASKS)], f"job output:\n{output}"
+    print(f"job {time.monotonic() - t0:.1f} s")
 
-    def run(cmd, what):
-        left_s = deadline - time.monotonic()
-        if left_s <= 0:
-            pytest.fail(f"SLURM check over its {BUDGET_S} s budget before {what}")
-        try:
-            return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=left_s)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"{what} did not finish within the {BUDGET_S} s budget\nslurmctld log:\n"
-                        f"{_tail(slurm_dir / 'log' / 'slurmctld.log')}")
 
-    try:
-        t0 = time.monotonic()
-        started = run(["bash", str(SCRIPT), "start"], "scripts/slurm-local.sh start")
-        assert started.returncode == 0, f"slurm-local.sh start failed:\n{started.stderr}"
-        start_s = time.monotonic() - t0
-        t0 = time.monotonic()
-        submitted = run(["sbatch", "--wait", "--parsable", str(job)], "sbatch --wait")
-        job_s = time.monotonic() - t0
-        output = _tail(out_file)
-        assert submitted.returncode == 0, (
-            f"job failed (sbatch rc {submitted.returncode}): {submitted.stderr}\njob output:\n{output}\n"
-            f"slurmd log:\n{_tail(slurm_dir / 'log' / 'slurmd.log')}"
-        )
-        lines = sorted(line.split() for line in output.splitlines() if line.strip())
-        # N separate singletons would print "0 1" N times: ranks AND size must both be right.
-        assert lines == [[str(r), str(N_TASKS)] for r in range(N_TASKS)], f"job output:\n{output}"
-        print(f"slurm start {start_s:.1f} s, job {job_s:.1f} s")
-    finally:
-        stopped = subprocess.run(["bash", str(SCRIPT), "stop"], env=env, capture_output=True, text=True, timeout=60)
-        shutil.rmtree(slurm_dir, ignore_errors=True)
-    assert stopped.returncode == 0, f"slurm-local.sh stop failed:\n{stopped.stderr}"
+@pytest.mark.slurm
+def test_prestage_sofia_sbatch_hands_every_region_to_sofia(slurm, s3_server, tmp_path):
+    """jobs/prestage-sofia.sbatch as a user submits it: srun prestage of a cube and its weights
+    from S3, then one `sofia` step per parameter file (the checker stands in for SoFiA-2)."""
+    from tests.pipeline_fixtures import assert_every_region_checked, pipeline_inputs
+
+    out_dir = tmp_path / "run"
+    env = {**slurm.env, **s3_server.env(), **pipeline_inputs(s3_server, tmp_path), "OUT_DIR": str(out_dir),
+           "PYTHONPATH": str(REPO)}
+    out_file = tmp_path / "job.out"
+    submitted = slurm.run(["sbatch", "--wait", "--ntasks", str(N_TASKS), "--output", str(out_file),
+                           str(REPO / "jobs" / "prestage-sofia.sbatch")], "sbatch prestage-sofia", env=env,
+                          budget_s=180)
+    output = _tail(out_file, 6000)
+    assert submitted.returncode == 0, f"job failed: {submitted.stderr}\njob output:\n{output}\n{slurm.logs()}"
+    assert_every_region_checked(out_dir)
+    assert output.count("sofia_checker: OK") == 12, output
+    assert "regions: 12 (12 read)" in output
