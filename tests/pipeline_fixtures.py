@@ -3,7 +3,7 @@ server, a SoFiA-2 template, and a `sofia` stand-in that checks each region again
 from __future__ import annotations
 
 import json
-import os
+import uuid
 import stat
 import sys
 from pathlib import Path
@@ -28,7 +28,7 @@ scfind.enable = true
 def pipeline_inputs(s3_server, directory: Path) -> dict:
     """Upload a cube and its weights; write the template and the checker wrapper. Returns the
     environment for the example (CUBE, WEIGHTS, TEMPLATE, SOFIA, SOFIA_CHECK_ORIGINAL_*)."""
-    bucket = s3_server.make_bucket(f"pipe-{os.getpid()}-{len(os.listdir(directory))}")
+    bucket = s3_server.make_bucket(f"pipe-{uuid.uuid4().hex[:16]}")  # one per test: they share the server
     env = {}
     for name, bitpix in (("cube", -32), ("weights", -32)):
         path = directory / f"{name}.fits"

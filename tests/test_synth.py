@@ -224,3 +224,30 @@ def test_cli_bad_shape_is_a_user_error(tmp_path, capsys):
     assert "--shape" in capsys.readouterr().err
     assert main(["synth", str(tmp_path / "x.fits"), "--shape", "7x0"]) == 1
     assert "shape" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(chunks=(3, 5, 7), compression="gzip", shuffle=True, byteorder="<"),
+                                dict(chunks=(4, 8, 8), compression="zstd"), dict(idia=True)])
+def test_hdf5_cubes_hold_the_computable_voxels(tmp_path, kw):
+    import h5py
+
+    from ingest.tools.synth_hdf5 import write_hdf5_cube
+
+    shape = (10, 12, 14)
+    info = write_hdf5_cube(tmp_path / "c.h5", shape, -32, **kw)
+    with h5py.File(tmp_path / "c.h5", "r") as f:
+        dset = f[info["dataset"]]
+        want = synth.voxel_values(np.arange(math.prod(shape)), -32).reshape(shape)
+        assert np.array_equal(dset[...].reshape(shape), want)
+        assert dset.dtype.str == info["dtype"] == ("<f4" if kw.get("byteorder") == "<" else ">f4")
+        if kw.get("idia"):
+            assert dset.name == "/0/DATA" and dset.shape == (1,) + shape and dset.attrs["CTYPE3"] == "FREQ"
+    assert [p.name for p in tmp_path.iterdir()] == ["c.h5"]  # atomic: no temporary left
+
+
+def test_hdf5_filters_need_chunks(tmp_path):
+    from ingest.tools.synth_hdf5 import write_hdf5_cube
+
+    with pytest.raises(ConfigError, match="compression: filters need a chunked dataset"):
+        write_hdf5_cube(tmp_path / "c.h5", (4, 4, 4), compression="gzip")
+    assert list(tmp_path.iterdir()) == []

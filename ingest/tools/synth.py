@@ -239,6 +239,8 @@ def parse_fits_shape(text: str) -> tuple[int, ...]:
 
 def _run(args) -> int:
     shape = _check_shape(parse_fits_shape(args.shape))
+    if args.format == "hdf5":
+        return _run_hdf5(args, shape)
     info = write_cube(args.out, shape, args.bitpix, bscale=args.bscale, bzero=args.bzero,
                       blank=args.blank, extension=args.extension,
                       header_blocks=args.header_blocks, stokes=args.stokes)
@@ -247,6 +249,18 @@ def _run(args) -> int:
     print(f"wrote {info['path']}: {fits_shape} (NAXIS1xNAXIS2...) BITPIX={info['bitpix']} in the {hdu}, "
           f"data at byte {info['data_offset']}, {info['data_bytes']} data bytes, "
           f"{info['file_bytes']} bytes in all")
+    return 0
+
+
+def _run_hdf5(args, shape) -> int:
+    from ingest.tools.synth_hdf5 import parse_chunks, write_hdf5_cube
+
+    info = write_hdf5_cube(args.out, shape, args.bitpix, chunks=parse_chunks(args.chunks) if args.chunks else None,
+                           compression=args.compression, shuffle=args.shuffle, byteorder=args.byteorder,
+                           idia=args.idia)
+    layout = f"chunks {'x'.join(map(str, info['chunks']))}" if info["chunks"] else "contiguous"
+    print(f"wrote {info['path']}: dataset {info['dataset']} shape {info['shape']} (numpy order) {info['dtype']}, "
+          f"{layout}, compression {args.compression}{' + shuffle' if args.shuffle else ''}")
     return 0
 
 
@@ -268,4 +282,11 @@ def add_parser(subparsers) -> None:
                    help="pad the cube's header to at least N 2880-byte blocks (default 1)")
     p.add_argument("--stokes", action="store_true",
                    help="4 axes only: STOKES on FITS axis 3 and FREQ on axis 4 (default FREQ then STOKES)")
+    p.add_argument("--format", choices=("fits", "hdf5"), default="fits", help="file format (default fits)")
+    p.add_argument("--chunks", default=None, help="hdf5: chunk shape in numpy order ZxYxX, e.g. 16x64x64 "
+                                                  "(default: contiguous)")
+    p.add_argument("--compression", choices=("none", "gzip", "zstd"), default="none", help="hdf5: filter")
+    p.add_argument("--shuffle", action="store_true", help="hdf5: byte shuffle before compression")
+    p.add_argument("--byteorder", choices=(">", "<"), default=">", help="hdf5: stored byte order (default >)")
+    p.add_argument("--idia", action="store_true", help="hdf5: CARTA/IDIA layout, /0/DATA, Stokes first")
     p.set_defaults(func=_run)
