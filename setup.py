@@ -18,7 +18,8 @@ setup(
         "matplotlib>=3.7",
     ],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.1", "cryptography>=41"],
+        # hdf5plugin writes the zstd/blosc/lz4/bitshuffle test cubes that ingest's own decoders read
+        "test": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.1", "cryptography>=41", "hdf5plugin>=4.1"],
         # astropy's remote reads over fsspec's HTTP filesystem, the comparison in bench/subcube.py
         "bench": ["fsspec>=2023.1", "aiohttp>=3.9"],
     },
