@@ -39,20 +39,20 @@ class ReadStats:
         return self.bytes_needed / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
 
-class _Worker:
-    """Per-thread state: one reusable scatter buffer, allocated on first use."""
+class Worker:
+    """Per-thread state: one reusable buffer, allocated on first use at least `size_bytes` long."""
 
-    def __init__(self, plan: Plan):
-        self.plan = plan
+    def __init__(self, size_bytes: int):
+        self.size_bytes = size_bytes
         self._buf: bytearray | None = None
 
     def buffer(self, nbytes: int) -> bytearray:
         if self._buf is None or len(self._buf) < nbytes:
-            self._buf = bytearray(max(nbytes, min(self.plan.chunk_bytes, self.plan.wire_bytes)))
+            self._buf = bytearray(max(nbytes, self.size_bytes))
         return self._buf
 
 
-def _run_one(plan: Plan, read, dest: Destination, i: int, worker: _Worker) -> tuple[float, int]:
+def _run_one(plan: Plan, read, dest: Destination, i: int, worker: Worker) -> tuple[float, int]:
     """Execute request i into `dest`; return (its time to first byte, its size in bytes)."""
     lat = plan.lattice
     req = plan.request(i)
@@ -98,8 +98,18 @@ def execute(
     unrecoverable error stops all workers and is raised here.
     """
     dest = array if isinstance(array, Destination) else ArrayDestination(array, plan.lattice)
-    n = plan.n_requests
-    stats = ReadStats(bytes_needed=plan.needed_bytes)
+    return run_requests(plan.n_requests, lambda i, read, worker: _run_one(plan, read, dest, i, worker), transport,
+                        needed_bytes=plan.needed_bytes, buffer_bytes=min(plan.chunk_bytes, plan.wire_bytes),
+                        threads=threads, progress=progress, retry=retry)
+
+
+def run_requests(n: int, do_one, transport: Transport, *, needed_bytes: int, buffer_bytes: int, threads: int = 1,
+                 progress=None, retry: RetryPolicy = RetryPolicy()) -> ReadStats:
+    """Run requests 0..n-1 on `threads` threads: `do_one(i, read, worker)` makes request i with
+    `read(buffer, offset)` (the transport read, retried and counted) and returns (time to first
+    byte, bytes on the wire). Each thread has a Worker whose buffer starts at buffer_bytes. The
+    first unrecoverable error stops every thread and is raised here."""
+    stats = ReadStats(bytes_needed=needed_bytes)
     lock = threading.Lock()
     next_index = [0]
     failure: list[BaseException] = []
@@ -117,7 +127,7 @@ def execute(
         return read_with_retries(transport, buffer, offset, retry, on_fault)
 
     def work():
-        worker = _Worker(plan)
+        worker = Worker(buffer_bytes)
         while True:
             with lock:
                 if failure or next_index[0] >= n:
@@ -126,7 +136,7 @@ def execute(
                 next_index[0] += 1
             t_req = time.perf_counter()
             try:
-                ttfb_s, nbytes = _run_one(plan, read, dest, i, worker)
+                ttfb_s, nbytes = do_one(i, read, worker)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller below
                 with lock:
                     failure.append(exc)
