@@ -16,6 +16,9 @@ setup(
         "h5py>=3.8",
         "tqdm>=4.60",
         "matplotlib>=3.7",
+        # HDF5 chunk filters decoded on the worker threads (see ingest/io/filters.py)
+        "numcodecs>=0.12",
+        "imagecodecs>=2024.1.1",
     ],
     extras_require={
         # hdf5plugin writes the zstd/blosc/lz4/bitshuffle test cubes that ingest's own decoders read

@@ -1,16 +1,19 @@
 """The Python API: `read_subcube(source, region)` and the pieces the MPI driver reuses."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from ingest.io.destination import Destination
 from ingest.io.executor import ReadStats, execute
 from ingest.formats.fits import Layout
-from ingest.formats.reader import read_layout
-from ingest.core.planner import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, CostModel, Plan, make_plan
+from ingest.formats.reader import read_any_layout
+from ingest.core.planner import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, CostModel, Plan
+from ingest.core.plans import LocalPlan, plan_selection
 from ingest.io.retry import RetryPolicy
 from ingest.core.region import Selection, normalize
 from ingest.io.transports import Transport, open_transport
-
 
 
 def apply_scaling(raw: np.ndarray, layout: Layout) -> np.ndarray:
@@ -57,12 +60,12 @@ def plan_read(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     max_gap_bytes: int | None = None,
     cost: CostModel | None = None,
-) -> tuple[Selection, Plan]:
-    """Normalise `region` against the layout and plan its requests (pure)."""
+):
+    """Normalise `region` against the layout and plan its requests (pure): a lattice Plan for FITS
+    and contiguous HDF5, a ChunkPlan for chunked HDF5, a LocalPlan when no byte need be read."""
     sel = normalize(region, layout.shape)
-    plan = make_plan(
-        layout, sel, strategy=strategy, chunk_bytes=chunk_bytes, max_gap_bytes=max_gap_bytes, cost=cost or CostModel()
-    )
+    plan = plan_selection(layout, sel, strategy=strategy, chunk_bytes=chunk_bytes, max_gap_bytes=max_gap_bytes,
+                          cost=cost or CostModel())
     return sel, plan
 
 
@@ -80,8 +83,11 @@ def read_selection(
 ) -> tuple[np.ndarray, ReadStats]:
     """Execute a plan into a fresh array and convert it as astropy would (convert=False: the raw
     stored values in the selection's box shape, e.g. to write them out unchanged)."""
-    raw = np.empty(sel.box_shape, dtype=layout.raw_dtype)
-    stats = execute(plan, transport, raw, threads=threads, progress=progress, retry=retry)
+    if isinstance(plan, Plan):
+        raw = np.empty(sel.box_shape, dtype=layout.raw_dtype)
+        stats = execute(plan, transport, raw, threads=threads, progress=progress, retry=retry)
+    else:
+        raw, stats = _read_stored_box(transport, layout, sel, plan, threads=threads, progress=progress, retry=retry)
     if not convert:
         return raw, stats
     data = apply_scaling(raw, layout)
@@ -90,11 +96,51 @@ def read_selection(
     return data.reshape(sel.out_shape), stats
 
 
+def _read_stored_box(transport, layout, sel: Selection, plan, **options):
+    """HDF5 chunked, compact or never-written data: the bounding box, then the selection's steps."""
+    box = np.empty(tuple(b - a for a, b in sel.box), dtype=layout.raw_dtype)
+    stats = fill_box(box, transport, layout, sel.box, plan, **options)
+    stepped = box[tuple(slice(None, None, step) for step in sel.steps)]
+    return np.ascontiguousarray(stepped), stats
+
+
+def fill_box(out: np.ndarray, transport, layout, box, plan, **options) -> ReadStats:
+    """Fill `out` (box-shaped, the stored dtype) with a box of HDF5 data that is not a lattice in
+    the object: chunked (fetched and decoded), compact (in the layout) or never written."""
+    if isinstance(plan, LocalPlan):
+        if layout.storage == "compact":
+            whole = np.frombuffer(layout.compact_data, dtype=layout.raw_dtype).reshape(layout.shape)
+            out[...] = whole[tuple(slice(a, b) for a, b in box)]
+        else:
+            out[...] = layout.fill_value
+        return ReadStats(bytes_needed=plan.needed_bytes)
+    from ingest.io.chunked import execute_chunks
+
+    return execute_chunks(plan, layout.chunks, layout.filters, layout.raw_dtype, transport, out, box,
+                          fill_value=layout.fill_value, name=f"{transport.display_name} {layout.dataset}", **options)
+
+
+def execute_plan(plan, layout, transport, dest: Destination, box, **options) -> ReadStats:
+    """Run any layout's plan for `box` into a Destination (e.g. a mapped output file): a lattice
+    plan request by request; any other into the destination's compact box, mapped whole (file
+    pages, not anonymous memory: a region of any size stays within the memory bound)."""
+    if isinstance(plan, Plan):
+        return execute(plan, transport, dest, **options)
+    nbytes = math.prod(b - a for a, b in box) * layout.itemsize
+    with dest.window(dest.base, dest.base + nbytes) as window:
+        out = window.view(layout.raw_dtype).reshape(tuple(b - a for a, b in box))
+        try:
+            return fill_box(out, transport, layout, box, plan, **options)
+        finally:
+            del out  # the mapping closes only when no array points into it
+
+
 def read_subcube(
     source: str,
     region=(),
     *,
     hdu: int = 0,
+    dataset: str | None = None,
     threads: int = DEFAULT_THREADS,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     strategy: str = "auto",
@@ -105,11 +151,14 @@ def read_subcube(
     retry: RetryPolicy | None = None,
     **transport_options,
 ) -> np.ndarray:
-    """Read `region` of HDU `hdu` of the FITS object `source` into a numpy array.
+    """Read `region` of HDU `hdu` of the FITS object `source`, or of dataset `dataset` of the HDF5
+    object `source` (told apart by their magic bytes), into a numpy array.
 
     source: a local path (posix), an http(s) presigned URL (urllib3 Range GETs) or
     s3://bucket/key (boto3; endpoint and keys from boto3's standard chain).
-    region: slices/ints in numpy axis order, meaning what astropy's `section[region]` means.
+    region: slices/ints in numpy axis order, meaning what astropy's `section[region]` (or h5py's
+    `dset[region]`) means. dataset: an HDF5 dataset path (default: the file's only 3-D or 4-D
+    numeric dataset).
     threads: concurrent requests (default 4); chunk_bytes: largest request (default 16 MiB);
     strategy: auto | large | intermediate | small (seed 001 s7.4); max_gap_bytes: coalescing gap
     (default from `cost`: latency x bandwidth); retry: a RetryPolicy for transient faults
@@ -117,7 +166,7 @@ def read_subcube(
     values and dtype, big-endian as stored unless native_byteorder=True.
     """
     with open_transport(source, method, threads=threads, **transport_options) as transport:
-        layout = read_layout(transport, hdu, retry or RetryPolicy())
+        layout = read_any_layout(transport, hdu=hdu, dataset=dataset, retry=retry or RetryPolicy())
         sel, plan = plan_read(
             layout, region, strategy=strategy, chunk_bytes=chunk_bytes, max_gap_bytes=max_gap_bytes, cost=cost
         )

@@ -4,43 +4,71 @@ from __future__ import annotations
 import json
 
 from ingest.api import plan_read
-from ingest.formats.reader import read_layout, read_layout_timed
+from ingest.formats.reader import read_any_layout, read_any_layout_timed
 from ingest.core.planner import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, STRATEGIES, CostModel
 from ingest.config import source_argument
 from ingest.errors import ConfigError
-from ingest.io.probe import LATENCY_THREADS, PROBE_MIN_DATA_BYTES
+from ingest.io.probe import LATENCY_THREADS
 from ingest.core.region import normalize, parse_region
 from ingest.io.transports import open_transport
 from ingest.units import format_bytes, parse_bytes
 
 
+def _fits_facts(layout) -> dict:
+    return {
+        "source": layout.source, "format": "fits", "hdu": layout.hdu, "shape": list(layout.shape),
+        "fits_naxis": list(reversed(layout.shape)), "bitpix": layout.bitpix, "stored_dtype": layout.raw_dtype.str,
+        "dtype": layout.out_dtype.str, "bscale": layout.bscale, "bzero": layout.bzero, "blank": layout.blank,
+        "header_offset": layout.header_offset, "data_offset": layout.data_offset, "data_bytes": layout.data_bytes,
+        "object_bytes": layout.object_bytes,
+    }
+
+
+def _hdf5_facts(layout, datasets: list[dict]) -> dict:
+    index = layout.chunks
+    return {
+        "source": layout.source, "format": "hdf5", "dataset": layout.dataset, "shape": list(layout.shape),
+        "dtype": layout.dtype.str, "storage": layout.storage,
+        "chunk_shape": list(index.chunk_shape) if index is not None else None,
+        "chunks_stored": index.n_chunks if index is not None else None,
+        "stored_bytes": int(index.sizes.sum()) if index is not None else None,
+        "filters": ", ".join(f"{f.id} {f.name}".strip() for f in layout.filters) or "none",
+        "fill_value": layout.fill_value.item(), "data_offset": layout.data_offset, "data_bytes": layout.data_bytes,
+        "object_bytes": layout.object_bytes, "open_requests": layout.open_requests, "open_bytes": layout.open_bytes,
+        "datasets": datasets,
+    }
+
+
+def _print_datasets(datasets: list[dict]) -> None:
+    print("datasets:")
+    for d in datasets:
+        chunks = "x".join(map(str, d["chunks"])) if d["chunks"] else "-"
+        filters = ",".join(f["name"] or str(f["id"]) for f in d["filters"]) or "-"
+        mark = "*" if d["candidate"] else " "
+        print(f" {mark} {d['path']:<24} {str(d['shape']):<22} {d['dtype']:<8} {d['storage']:<10} "
+              f"chunks {chunks:<14} filters {filters}")
+
+
 def _info(args) -> int:
     args.source = source_argument(args.source)
     with open_transport(args.source, args.method, threads=1, **_transport_options(args)) as transport:
-        layout = read_layout(transport, args.hdu)
-    facts = {
-        "source": layout.source,
-        "hdu": layout.hdu,
-        "shape": list(layout.shape),
-        "fits_naxis": list(reversed(layout.shape)),
-        "bitpix": layout.bitpix,
-        "stored_dtype": layout.raw_dtype.str,
-        "dtype": layout.out_dtype.str,
-        "bscale": layout.bscale,
-        "bzero": layout.bzero,
-        "blank": layout.blank,
-        "header_offset": layout.header_offset,
-        "data_offset": layout.data_offset,
-        "data_bytes": layout.data_bytes,
-        "object_bytes": layout.object_bytes,
-    }
+        layout = read_any_layout(transport, hdu=args.hdu, dataset=args.dataset)
+        if layout.kind == "hdf5":
+            from ingest.formats.hdf5 import list_datasets
+
+            facts = _hdf5_facts(layout, list_datasets(transport))
+        else:
+            facts = _fits_facts(layout)
     if args.json:
         print(json.dumps(facts, indent=2))
         return 0
+    datasets = facts.pop("datasets", None)
     width = max(map(len, facts))
     for key, value in facts.items():
-        extra = f"  ({format_bytes(value)})" if key.endswith("_bytes") else ""
+        extra = f"  ({format_bytes(value)})" if key.endswith("_bytes") and value is not None else ""
         print(f"{key:<{width}}  {value}{extra}")
+    if datasets is not None:
+        _print_datasets(datasets)
     if args.header:
         for pos in range(0, len(layout.header_text), 80):
             card = layout.header_text[pos : pos + 80].rstrip()
@@ -58,10 +86,10 @@ def _plan(args) -> int:
     region = parse_region(args.region)
     tuning = None
     with open_transport(args.source, args.method, threads=LATENCY_THREADS, **_transport_options(args)) as transport:
-        layout, header = read_layout_timed(transport, args.hdu)
-        if args.strategy == "auto" and layout.data_bytes >= PROBE_MIN_DATA_BYTES:
-            from ingest.io.autotune import tune_read
+        layout, header = read_any_layout_timed(transport, hdu=args.hdu, dataset=args.dataset)
+        from ingest.io.autotune import tune_read, worth_probing
 
+        if args.strategy == "auto" and worth_probing(layout):
             tuning, _ = tune_read(transport, layout, normalize(region, layout.shape), cost, probe=args.probe,
                                   chunk_bytes=chunk_bytes, threads=threads, gap_bytes=max_gap, header=header)
             cost, chunk_bytes, threads = tuning.cost, tuning.chunk_bytes, tuning.threads
@@ -78,7 +106,7 @@ def _plan(args) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
-    print(f"cube {layout.source}: shape {layout.shape} {layout.raw_dtype.str}, data at byte {layout.data_offset}")
+    print(f"cube {_describe_cube(layout)}")
     print(f"box (numpy order, half-open): {summary['box']}")
     if tuning is not None:
         print(f"tuned by {tuning.reason}")
@@ -86,10 +114,14 @@ def _plan(args) -> int:
         f"strategy {plan.strategy}: {plan.n_requests} requests of up to {format_bytes(summary['request_bytes_max'])} "
         f"(chunk {format_bytes(chunk_bytes)}, gap merged up to {format_bytes(min(plan.max_gap_bytes, 1 << 60))})"
     )
-    print(
-        f"bytes needed {format_bytes(plan.needed_bytes)}, on the wire {format_bytes(plan.wire_bytes)}, "
-        f"read amplification {plan.amplification:.3f}"
-    )
+    if summary.get("bytes_stored") is not None:  # chunked: whole chunks travel, compressed
+        print(f"chunks needed {summary['chunks']} ({summary['chunks_missing']} never written: fill value), stored "
+              f"{format_bytes(summary['bytes_stored'])}; on the wire {format_bytes(plan.wire_bytes)}, "
+              f"read amplification {plan.amplification:.3f} (wire / needed chunks); the box decodes to "
+              f"{format_bytes(plan.needed_bytes)}")
+    else:
+        print(f"bytes needed {format_bytes(plan.needed_bytes)}, on the wire {format_bytes(plan.wire_bytes)}, "
+              f"read amplification {plan.amplification:.3f}")
     print(
         f"predicted {summary['predicted_s']:.3f} s with {args.threads} threads "
         f"(model: {cost.latency_s * 1e3:.2f} ms per request, {format_bytes(cost.bandwidth_bytes_per_s)}/s)"
@@ -102,6 +134,19 @@ def _plan(args) -> int:
     if plan.n_requests > args.requests > 0:
         print(f"  ... {plan.n_requests - args.requests} more")
     return 0
+
+
+def _describe_cube(layout) -> str:
+    """One line: where the data is and how it is stored."""
+    what = f"{layout.source}: shape {layout.shape} {layout.raw_dtype.str}"
+    if layout.kind != "hdf5":
+        return f"{what}, data at byte {layout.data_offset}"
+    what = f"{layout.source} {layout.dataset}: shape {layout.shape} {layout.raw_dtype.str}, {layout.storage}"
+    if layout.chunks is not None:
+        filters = ", ".join(f.name or str(f.id) for f in layout.filters) or "no filters"
+        return (f"{what} in {layout.chunks.n_chunks} chunks of {'x'.join(map(str, layout.chunks.chunk_shape))} "
+                f"({filters}); metadata read in {layout.open_requests} requests, {format_bytes(layout.open_bytes)}")
+    return f"{what}, data at byte {layout.data_offset}"
 
 
 def _print_regions(args, layout, tuning) -> None:
@@ -134,7 +179,9 @@ def _positive_int(text: str, field: str) -> int:
 
 def _common(p) -> None:
     p.add_argument("source", help="local path, presigned http(s) URL, s3://bucket/key, or env:VARIABLE holding one")
-    p.add_argument("--hdu", type=int, default=0, help="HDU index (default 0, the primary)")
+    p.add_argument("--hdu", type=int, default=0, help="FITS: HDU index (default 0, the primary)")
+    p.add_argument("--dataset", default=None,
+                   help="HDF5: dataset path, e.g. /0/DATA (default: the file's only 3-D or 4-D numeric dataset)")
     p.add_argument("--method", default="auto", help="posix | presigned | s3 | auto (from the source)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--endpoint-url", default=None, help="S3 endpoint for an s3:// source (default: boto3's chain)")
@@ -154,7 +201,7 @@ def _transport_options(args) -> dict:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("info", help="shape, dtype, header and data offsets, object size")
+    p = sub.add_parser("info", help="shape, dtype, header and data offsets, object size; an HDF5 file's datasets")
     _common(p)
     p.add_argument("--header", action="store_true", help="also print the header cards")
     p.set_defaults(func=_info)

@@ -51,7 +51,7 @@ def _opt(default=MISSING, *, help: str, unit: str = "", kind: str = "str", low=N
 class RunConfig:
     """Everything one `ingest run` needs; see each field's help. Construct via `load_config`."""
 
-    source: str = _opt(help="FITS object: local path, http(s) presigned URL or s3://bucket/key (required)",
+    source: str = _opt(help="FITS or HDF5 object: local path, http(s) presigned URL or s3://bucket/key (required)",
                        unit="path or URL")
     method: str = _opt("auto", kind="choice", choices=("auto", "presigned", "s3", "posix"),
                        help="how to read the source; auto: s3:// -> s3, http(s):// -> presigned, else posix")
@@ -85,7 +85,11 @@ class RunConfig:
     min_overlap: str | None = _opt(None, unit="pixels SPATIAL,SPECTRAL", kind="overlap",
                                    help="with region_shape: least overlap of neighbouring regions (s2p_setup's "
                                         "min_overlap_spat, min_overlap_spec)", shown_default="0,0")
-    hdu: int = _opt(0, unit="HDU index", kind="int", low=0, help="image HDU to read, 0 = primary")
+    hdu: int = _opt(0, unit="HDU index", kind="int", low=0, help="FITS: image HDU to read, 0 = primary")
+    dataset: str | None = _opt(None, unit="HDF5 path", kind="str",
+                               help="HDF5: the dataset to read, e.g. /0/DATA (the format is told by the "
+                                    "object's magic bytes, not its name)",
+                               shown_default="the file's only 3-D or 4-D numeric dataset")
     region: str | None = _opt(None, unit="numpy-order slices", kind="region",
                               help="restrict the job to part of the cube, e.g. '0:100,:,200:300'",
                               shown_default="whole cube")

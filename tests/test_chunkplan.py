@@ -204,14 +204,16 @@ def test_chunk_aligned_split(data):
     shape = data.draw(st.lists(st.integers(1, 40), min_size=ndim, max_size=ndim))
     chunks = [data.draw(st.integers(1, n + 3)) for n in shape]
     parts = [data.draw(st.integers(1, n)) for n in shape]
-    split = chunk_aligned_split(shape, chunks, parts)
-    for n, c, p, bounds in zip(shape, chunks, parts, split):
+    # A job region may start mid-chunk: the cuts must still fall on the dataset's chunk grid.
+    origin = [data.draw(st.integers(0, 2 * c)) for c in chunks]
+    split = chunk_aligned_split(shape, chunks, parts, origin)
+    for n, c, p, o, bounds in zip(shape, chunks, parts, origin, split):
         assert len(bounds) == p and bounds[0][0] == 0 and bounds[-1][1] == n
         assert all(a < b for a, b in bounds)
         assert all(bounds[i][1] == bounds[i + 1][0] for i in range(p - 1))
-        if p <= -(-n // c):  # enough chunks: every inner boundary is a chunk multiple
-            assert all(b % c == 0 for _, b in bounds[:-1])
-            sizes = [-(-(b - a) // c) for a, b in bounds]  # chunks per part, balanced
+        if p <= (o + n - 1) // c - o // c + 1:  # enough chunks: every inner boundary is on the chunk grid
+            assert all((b + o) % c == 0 for _, b in bounds[:-1])
+            sizes = [(b + o - 1) // c - (a + o) // c + 1 for a, b in bounds]  # chunks per part, balanced
             assert max(sizes) - min(sizes) <= 1
         else:
             sizes = [b - a for a, b in bounds]

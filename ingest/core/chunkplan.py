@@ -225,26 +225,33 @@ def best_gap_plan(index: ChunkIndex, box, cost: CostModel, threads: int, chunk_b
     return min(plans, key=lambda p: p.predicted_s(cost, threads))
 
 
-def chunk_aligned_split(shape, chunk_shape, n_parts_per_axis) -> tuple[list[tuple[int, int]], ...]:
+def chunk_aligned_split(shape, chunk_shape, n_parts_per_axis, origin=None) -> tuple[list[tuple[int, int]], ...]:
     """Per numpy axis, `parts` half-open (start, stop) intervals covering [0, n) in order.
 
-    When an axis has at least as many chunks as parts, its chunks are shared out as evenly as
-    possible (counts differ by at most 1, larger parts first, so the partial edge chunk, if any,
-    is in the last part) and every boundary is a multiple of the chunk length: no chunk is
-    needed by two parts. With more parts than chunks that is impossible; the axis's pixels are
-    then split evenly (sizes differ by at most 1) and chunks are shared.
+    `origin` (default zeros) is where [0, n) starts in the dataset, so a job region that starts
+    mid-chunk still cuts on the dataset's chunk boundaries. When an axis touches at least as
+    many chunks as parts, its chunks are shared out as evenly as possible (counts differ by at
+    most 1, larger parts first, so the partial edge chunk, if any, is in the last part) and
+    every boundary is a chunk boundary: no chunk is needed by two parts. With more parts than
+    chunks that is impossible; the axis's pixels are then split evenly (sizes differ by at most
+    1) and chunks are shared.
     """
-    if not (len(shape) == len(chunk_shape) == len(n_parts_per_axis)):
+    origin = (0,) * len(shape) if origin is None else tuple(origin)
+    if not (len(shape) == len(chunk_shape) == len(n_parts_per_axis) == len(origin)):
         raise ConfigError(f"shape {shape}, chunk shape {chunk_shape} and parts {n_parts_per_axis} disagree in length")
     out = []
-    for axis, (n, c, p) in enumerate(zip(shape, chunk_shape, n_parts_per_axis)):
-        n, c, p = int(n), int(c), int(p)
+    for axis, (n, c, p, o) in enumerate(zip(shape, chunk_shape, n_parts_per_axis, origin)):
+        n, c, p, o = int(n), int(c), int(p), int(o)
         if c < 1 or not 1 <= p <= n:
             raise ConfigError(f"axis {axis}: cannot split {n} pixels in chunks of {c} into {p} parts")
-        n_chunks = -(-n // c)
-        unit, total = (c, n_chunks) if p <= n_chunks else (1, n)
-        size, extra = divmod(total, p)
-        cuts = np.concatenate(([0], np.cumsum([size + (i < extra) for i in range(p)]))) * unit
-        cuts = np.minimum(cuts, n)
+        first_chunk = o // c
+        n_chunks = (o + n - 1) // c - first_chunk + 1
+        if p <= n_chunks:
+            size, extra = divmod(n_chunks, p)
+            cuts = (first_chunk + np.concatenate(([0], np.cumsum([size + (i < extra) for i in range(p)])))) * c - o
+        else:
+            size, extra = divmod(n, p)
+            cuts = np.concatenate(([0], np.cumsum([size + (i < extra) for i in range(p)])))
+        cuts = np.clip(cuts, 0, n)
         out.append([(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])])
     return tuple(out)

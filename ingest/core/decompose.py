@@ -130,19 +130,25 @@ def split_axis(n_px: int, parts: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def grid_boxes(shape, grid_fits, halo: int = 0, *, n_ranks: int | None = None) -> list[Box]:
+def grid_boxes(shape, grid_fits, halo: int = 0, *, n_ranks: int | None = None, chunk_shape=None,
+               origin=None) -> list[Box]:
     """One box per rank (list index = rank), grown by `halo` pixels as described above.
 
     `grid_fits` is in FITS order (x first); with `n_ranks` given, the grid's product must equal it.
+    With `chunk_shape` (a chunked HDF5 dataset; `origin`: where `shape` starts in it), the cuts
+    fall on chunk boundaries where the axis has chunks enough, so no chunk is read by two boxes.
     """
     shape = _check_shape(shape)
     if isinstance(halo, bool) or not isinstance(halo, int) or halo < 0:
         raise ConfigError(f"halo: expected a whole number of pixels >= 0, got {halo!r}")
     grid = _numpy_grid(shape, grid_fits, n_ranks)
-    per_axis = [
-        [(max(a - halo, 0), min(b + halo, n)) for a, b in split_axis(n, p)]
-        for n, p in zip(shape, grid)
-    ]
+    if chunk_shape is None:
+        splits = [split_axis(n, p) for n, p in zip(shape, grid)]
+    else:
+        from ingest.core.chunkplan import chunk_aligned_split
+
+        splits = chunk_aligned_split(shape, chunk_shape, grid, origin)
+    per_axis = [[(max(a - halo, 0), min(b + halo, n)) for a, b in split] for n, split in zip(shape, splits)]
     return [tuple(box) for box in itertools.product(*per_axis)]
 
 

@@ -14,7 +14,8 @@ import math
 from dataclasses import dataclass
 
 from ingest.formats.fits import Layout
-from ingest.core.planner import UNLIMITED_GAP, CostModel, Plan, make_plan
+from ingest.core.planner import UNLIMITED_GAP, CostModel, Plan
+from ingest.core.plans import plan_selection
 from ingest.io.probe import LATENCY_THREADS, ROUNDS, LinkProbe
 from ingest.core.region import Selection
 
@@ -97,7 +98,7 @@ def _candidates(layout: Layout, sel: Selection, cost: CostModel, chunks, threads
     for chunk in chunks:
         plans: dict[tuple, Plan] = {}
         for name, gap in gaps:
-            plan = make_plan(layout, sel, strategy=name, chunk_bytes=chunk, max_gap_bytes=gap)
+            plan = plan_selection(layout, sel, strategy=name, chunk_bytes=chunk, max_gap_bytes=gap)
             key = (plan.n_requests, plan.wire_bytes)  # identical plans need predicting once
             plans.setdefault(key, (name, gap, plan))
         for name, gap, plan in plans.values():

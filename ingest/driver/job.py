@@ -16,9 +16,10 @@ from ingest.core.regions import assign_regions, parse_min_overlap, parse_region_
 from ingest.driver.source import ensure_lifetime, resolve_source
 from ingest.errors import ConfigError
 from ingest.formats.fits import Layout
-from ingest.formats.reader import HeaderTiming, read_layout_timed
+from ingest.formats.reader import HeaderTiming, read_any_layout_timed
 from ingest.core.planner import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, CostModel
-from ingest.io.probe import LATENCY_THREADS, PROBE_MIN_DATA_BYTES
+from ingest.io.autotune import worth_probing
+from ingest.io.probe import LATENCY_THREADS
 from ingest.core.region import box_to_region, normalize, parse_region
 from ingest.io.retry import RetryPolicy
 from ingest.io.transports import ObjectInfo, Transport, open_transport
@@ -121,9 +122,12 @@ def decompose_job(cfg: RunConfig, settings: Settings, layout: Layout, n_ranks: i
         bandwidth_bytes_per_s=settings.cost.bandwidth_bytes_per_s, chunk_bytes=settings.chunk_bytes,
         threads=settings.threads,
     )
+    index = getattr(layout, "chunks", None)
+    chunk_shape = index.chunk_shape if index is not None else None  # cut on chunk boundaries
     regions = tuple(
         tuple((a + s, b + s) for (a, b), (s, _) in zip(box, job_box))
-        for box in grid_boxes(job_shape, grid_fits, cfg.halo)
+        for box in grid_boxes(job_shape, grid_fits, cfg.halo, chunk_shape=chunk_shape,
+                              origin=tuple(a for a, _ in job_box))
     )
     return grid_fits, reason, regions
 
@@ -160,13 +164,13 @@ def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1, staging: 
     settings = _configured(cfg)
     # Sized for the probe's latency round, which reads on LATENCY_THREADS connections at once.
     with open_transport(read_source, method, threads=LATENCY_THREADS, **transport_options(cfg)) as transport:
-        layout, header = read_layout_timed(transport, cfg.hdu, retry_policy(cfg))
+        layout, header = read_any_layout_timed(transport, hdu=cfg.hdu, dataset=cfg.dataset, retry=retry_policy(cfg))
         info = transport.info
         if staging:
             from ingest.io.stage import check_space
 
             check_space(cfg.stage_dir, info.object_bytes)
-        if cfg.strategy == "auto" and layout.data_bytes >= PROBE_MIN_DATA_BYTES:
+        if cfg.strategy == "auto" and worth_probing(layout):
             # The grid depends on the link too, so tune for the largest region a first split gives.
             _, _, regions = decompose_job(cfg, settings, layout, n_ranks)
             largest = max(regions, key=lambda box: box_bytes(box, layout.itemsize))

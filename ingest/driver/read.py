@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ingest.api import read_selection
+from ingest.api import execute_plan, read_selection
 from ingest.config import RunConfig
 from ingest.driver.job import Job, plan_box, retry_policy, transport_options
 from ingest.driver.mpi import all_agree_or_raise
-from ingest.io.executor import ReadStats, execute
+from ingest.io.executor import ReadStats
 from ingest.io.transports import open_transport
 
 _SUM_KEYS = ("bytes_needed", "bytes_wire", "requests", "retries", "resumed_bytes")
@@ -123,7 +123,7 @@ def read_rank_regions(comm, cfg: RunConfig, job: Job, source: str, method: str, 
             else:
                 raw = None
                 with destination(index, plan) as dest:
-                    stats = execute(plan, transport, dest, **common)
+                    stats = execute_plan(plan, job.layout, transport, dest, job.regions[index], **common)
             region = RegionRead(index, job.regions[index], raw,
                                 _region_record(rank, index, job.regions[index], stats, start_s, MPI.Wtime() - t0))
             if on_region is not None:

@@ -36,6 +36,8 @@ class Layout:
     bscale: float = 1.0
     bzero: float = 0.0
     blank: int | None = None  # integer BLANK, only meaningful for BITPIX > 0
+    kind = "fits"  # class attribute, not a field: HDF5's layout says "hdf5"
+    storage = "contiguous"
     header_text: str = ""  # the HDU's header cards, for writing WCS-shifted outputs
 
     @property

@@ -19,8 +19,9 @@ class HeaderTiming:
 
 
 def _read_header(transport: Transport, offset: int, hdu: int, retry: RetryPolicy,
-                 timings: list[HeaderTiming]) -> tuple[bytes, int]:
-    """Header bytes starting at `offset` and the offset of the data after it.
+                 timings: list[HeaderTiming], first_block: bytes | None = None) -> tuple[bytes, int]:
+    """Header bytes starting at `offset` and the offset of the data after it (`first_block`: the
+    block at `offset`, if the caller already read it).
 
     One block per request: headers are a few blocks, and reading ahead could run into data
     we were not asked for.
@@ -34,10 +35,10 @@ def _read_header(transport: Transport, offset: int, hdu: int, retry: RetryPolicy
             if not blocks:
                 check_first_block(b"\0" * max(0, size - pos), name, hdu, offset)
             raise FitsFormatError(f"{name}: object ends inside the header of HDU {hdu} before its END card")
-        buf = bytearray(BLOCK_BYTES)
-        cpu0 = time.process_time()
-        first_byte_s = read_with_retries(transport, memoryview(buf), pos, retry, lambda *fault: None)
-        timings.append(HeaderTiming(first_byte_s, time.process_time() - cpu0))
+        if first_block is not None and not blocks:
+            buf = first_block
+        else:
+            buf = _timed_block(transport, pos, retry, timings)
         if not blocks:
             check_first_block(bytes(buf), name, hdu, offset)
         blocks.append(bytes(buf))
@@ -47,16 +48,26 @@ def _read_header(transport: Transport, offset: int, hdu: int, retry: RetryPolicy
             return b"".join(blocks), pos
 
 
+def _timed_block(transport: Transport, offset: int, retry: RetryPolicy, timings: list[HeaderTiming]) -> bytes:
+    buf = bytearray(BLOCK_BYTES)
+    cpu0 = time.process_time()
+    first_byte_s = read_with_retries(transport, memoryview(buf), offset, retry, lambda *fault: None)
+    timings.append(HeaderTiming(first_byte_s, time.process_time() - cpu0))
+    return bytes(buf)
+
+
 def read_layout(transport: Transport, hdu: int = 0, retry: RetryPolicy = RetryPolicy()) -> Layout:
     """Walk the HDUs up to `hdu` by their headers alone and describe its data (header reads are
     retried like data reads: the first request of a job meets the same network)."""
     return read_layout_timed(transport, hdu, retry)[0]
 
 
-def read_layout_timed(transport: Transport, hdu: int = 0,
-                      retry: RetryPolicy = RetryPolicy()) -> tuple[Layout, HeaderTiming]:
-    """read_layout, and the timing of its fastest header request."""
-    timings: list[HeaderTiming] = []
+def read_layout_timed(transport: Transport, hdu: int = 0, retry: RetryPolicy = RetryPolicy(),
+                      first_block: bytes | None = None,
+                      timings: list[HeaderTiming] | None = None) -> tuple[Layout, HeaderTiming]:
+    """read_layout, and the timing of its fastest header request (`first_block`: the object's
+    first 2880 bytes, already read with the timing in `timings`)."""
+    timings = [] if timings is None else timings
     if hdu < 0:
         raise FitsFormatError(f"{transport.display_name}: hdu {hdu} must be >= 0")
     retry_call(lambda: transport.info, retry, transport.display_name)  # size and identity, once
@@ -66,7 +77,8 @@ def read_layout_timed(transport: Transport, hdu: int = 0,
     for index in range(hdu + 1):
         if offset >= transport.object_bytes:
             raise FitsFormatError(f"{transport.display_name}: has only {index} HDUs, no HDU {hdu}")
-        raw, data_offset = _read_header(transport, offset, index, retry, timings)
+        raw, data_offset = _read_header(transport, offset, index, retry, timings,
+                                        first_block if index == 0 else None)
         header = parse_header(raw, transport.display_name, index)
         if index == hdu:
             layout = image_layout(
@@ -81,3 +93,39 @@ def read_layout_timed(transport: Transport, hdu: int = 0,
             return layout, min(timings, key=lambda t: t.first_byte_s)
         offset = data_offset + hdu_data_span(header)
     raise AssertionError("unreachable")
+
+
+def read_any_layout(transport: Transport, *, hdu: int = 0, dataset: str | None = None,
+                    retry: RetryPolicy = RetryPolicy()):
+    """The layout of a FITS HDU or an HDF5 dataset, told apart by the object's magic bytes (never
+    its name). `hdu` applies to FITS, `dataset` to HDF5 (default: its only 3-D/4-D numeric one)."""
+    return read_any_layout_timed(transport, hdu=hdu, dataset=dataset, retry=retry)[0]
+
+
+def read_any_layout_timed(transport: Transport, *, hdu: int = 0, dataset: str | None = None,
+                          retry: RetryPolicy = RetryPolicy()):
+    """read_any_layout, and the timing of its fastest header request. The first block is read
+    once: it tells the formats apart (an HDF5 signature at byte 0, 512, 1024 or 2048) and is the
+    FITS reader's first header block, so a FITS source costs no extra request. HDF5 metadata is
+    read through a block cache (`open_requests` on the layout), timed by its first block."""
+    from ingest.formats.hdf5 import looks_like_hdf5, read_hdf5_layout
+
+    retry_call(lambda: transport.info, retry, transport.display_name)
+    timings: list[HeaderTiming] = []
+    first = None
+    if transport.object_bytes >= BLOCK_BYTES:
+        first = _timed_block(transport, 0, retry, timings)
+    if transport.object_bytes and looks_like_hdf5(first if first is not None else _head(transport, retry)):
+        timing = timings[0] if timings else None
+        return read_hdf5_layout(transport, dataset, retry), timing
+    if dataset is not None:
+        raise FitsFormatError(f"{transport.display_name}: dataset {dataset!r} given, but this is not an HDF5 file "
+                              f"(no HDF5 signature); FITS cubes are chosen with hdu")
+    return read_layout_timed(transport, hdu, retry, first_block=first, timings=timings)
+
+
+def _head(transport: Transport, retry: RetryPolicy) -> bytes:
+    """An object shorter than one FITS block (not FITS, but maybe a tiny HDF5 file)."""
+    buf = bytearray(transport.object_bytes)
+    read_with_retries(transport, memoryview(buf), 0, retry, lambda *fault: None)
+    return bytes(buf)

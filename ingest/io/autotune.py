@@ -16,7 +16,8 @@ from dataclasses import replace
 from ingest.formats.fits import Layout
 from ingest.formats.reader import HeaderTiming
 from ingest.core.planner import CostModel
-from ingest.io.probe import ASSUMED_CPU_PER_BYTE_S, MiB, LinkProbe, LinkProber
+from ingest.core.plans import storage_of
+from ingest.io.probe import ASSUMED_CPU_PER_BYTE_S, PROBE_MIN_DATA_BYTES, MiB, LinkProbe, LinkProber
 from ingest.core.region import Selection
 from ingest.io.transports.base import Transport
 from ingest.core.tuning import Tuning, choose, cost_from_probe, describe_probe
@@ -41,6 +42,22 @@ def hinted_cost(fallback: CostModel, header: HeaderTiming | None) -> CostModel:
                    cpu_per_byte_s=ASSUMED_CPU_PER_BYTE_S)
 
 
+def data_span(layout) -> tuple[int, int]:
+    """(offset, bytes) of the object's range the probe may read: the data of a contiguous layout,
+    or from a chunked dataset's first stored chunk to the end of its last."""
+    index = getattr(layout, "chunks", None)
+    if index is not None and index.n_chunks:
+        first = int(index.offsets.min())
+        return first, int((index.offsets + index.sizes).max()) - first
+    return layout.data_offset, layout.data_bytes
+
+
+def worth_probing(layout) -> bool:
+    """Is there data to probe, and enough that probing repays itself? (Compact or never-written
+    HDF5 data needs no request at all.)"""
+    return storage_of(layout) in ("contiguous", "chunked") and data_span(layout)[1] >= PROBE_MIN_DATA_BYTES
+
+
 def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: CostModel, *,
               probe: bool = True, chunk_bytes: int | None = None, threads: int | None = None,
               gap_bytes: int | None = None, ranks_sharing: int = 1, header: HeaderTiming | None = None,
@@ -62,7 +79,8 @@ def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: Co
     tuning = tune(cost, model)
     if not probe:
         return tuning, None
-    prober = LinkProber(transport, layout.data_offset, layout.data_bytes, large_bytes=probe_read_bytes(needed),
+    span_offset, span_bytes = data_span(layout)
+    prober = LinkProber(transport, span_offset, span_bytes, large_bytes=probe_read_bytes(needed),
                         latency_s=cost.latency_s if hinted else None,
                         cpu_per_request_s=cost.cpu_per_request_s)
     while prober.next_round:

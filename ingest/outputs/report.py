@@ -102,18 +102,27 @@ def region_counts(regions: list[dict]) -> dict:
 
 
 def cube_from_layout(layout) -> dict:
-    """The report's `cube` block for an ingest.formats.fits.Layout."""
-    return {
+    """The report's `cube` block for a FITS Layout or an HDF5 H5Layout (its format says which)."""
+    cube = {
         "source": layout.source,
+        "format": layout.kind,
         "hdu": layout.hdu,
         "shape": list(layout.shape),
         "dtype": layout.out_dtype.str,  # what readers get (astropy's rules for BSCALE/BZERO)
         "stored_dtype": layout.raw_dtype.str,  # as stored, with its byte order: '>f4'
-        "bitpix": layout.bitpix,
+        "bitpix": getattr(layout, "bitpix", None),
         "data_offset": layout.data_offset,
         "object_bytes": layout.object_bytes,
         "data_bytes": layout.data_bytes,
     }
+    if layout.kind == "hdf5":
+        index = layout.chunks
+        cube.update(dataset=layout.dataset, storage=layout.storage,
+                    chunk_shape=list(index.chunk_shape) if index is not None else None,
+                    stored_bytes=int(index.sizes.sum()) if index is not None else None,
+                    filters=[{"id": f.id, "name": f.name} for f in layout.filters],
+                    open_requests=layout.open_requests, open_bytes=layout.open_bytes)
+    return cube
 
 
 def staging_baseline(stage_s: float, read_aggregate: dict, source: str) -> dict:
@@ -284,7 +293,8 @@ def render_summary(report: dict) -> str:
     shape = cube.get("shape") or []
     lines = [
         f"ingest report ({report.get('schema')}), mode {mode}, method {method}, created {report.get('created')}",
-        f"cube: {cube.get('source')} HDU {cube.get('hdu')}, "
+        f"cube: {cube.get('source')} "
+        f"{'dataset ' + str(cube.get('dataset')) if cube.get('format') == 'hdf5' else 'HDU ' + str(cube.get('hdu'))}, "
         f"{'x'.join(str(n) for n in reversed(shape))} (NAXIS1xNAXIS2...) {cube.get('dtype')}",
         f"grid: {_grid_text(grid.get('grid_fits'))} (FITS order), halo {grid.get('halo')} px"
         + (f"; {grid['reason']}" if grid.get("reason") else ""),
