@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from ingest.core.chunkplan import ChunkPlan, plan_chunks
-from ingest.core.planner import STRATEGIES, UNLIMITED_GAP, CostModel, Plan, make_plan
+from ingest.core.planner import STRATEGIES, UNLIMITED_GAP, CostModel, Lattice, Plan, make_plan
 from ingest.core.region import Selection
 from ingest.errors import ConfigError
 
@@ -69,3 +69,9 @@ def plan_selection(layout, sel: Selection, *, strategy: str = "auto", chunk_byte
         return plan_chunks(layout.chunks, sel.box, gap_bytes=chunk_gap(strategy, max_gap_bytes, cost),
                            chunk_bytes=chunk_bytes, itemsize=layout.itemsize)
     return LocalPlan(math.prod(b - a for a, b in sel.box) * layout.itemsize)
+
+
+def box_lattice(box, itemsize: int) -> Lattice:
+    """A box's bytes laid out compactly in C order, as one run (its place in an output file,
+    for plans whose bytes are not a lattice in the object: chunked, compact, unwritten)."""
+    return Lattice(base=0, counts=(), strides=(), axes=(), run_bytes=itemsize * math.prod(b - a for a, b in box))

@@ -181,9 +181,9 @@ def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1, staging: 
     if method == "presigned":
         read_source = ensure_lifetime(read_source, signer_args, 2 * estimate_s + 60.0, cfg)
     if cfg.output_dir and rank_outputs:  # `run --output-dir`: one cut-out per rank and region
-        from ingest.outputs.subcubes import check_output_dir, output_name
+        from ingest.outputs.subcubes import check_output_dir, output_ext, output_name
 
-        check_output_dir(cfg.output_dir, [output_name(r, regions[i]) for r, mine in enumerate(assignment)
-                                          for i in mine])
+        check_output_dir(cfg.output_dir, [output_name(r, regions[i], output_ext(layout))
+                                          for r, mine in enumerate(assignment) for i in mine])
     return Job(read_source, method, layout, info, grid_fits, reason, regions, assignment, settings, signer_args,
                estimate_s)

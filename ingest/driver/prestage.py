@@ -21,8 +21,11 @@ from ingest.driver.mpi import all_agree_or_raise, ranks_per_node, root_step
 from ingest.driver.read import read_rank_regions
 from ingest.driver.source import ensure_lifetime, resolve_source
 from ingest.errors import ConfigError, IngestError
-from ingest.formats.reader import read_layout
+from ingest.formats.reader import read_any_layout
+from ingest.io.retry import read_with_retries
 from ingest.io.stage import check_space
+from ingest.core.planner import Plan
+from ingest.core.plans import box_lattice
 from ingest.io.destination import compact_file, crc32_of, mirror_file
 from ingest.io.transports import open_transport
 from ingest.outputs import manifest as manifests
@@ -38,6 +41,7 @@ class Cube:
     label: str  # "data" or the companion's name (weights, noise, ...)
     job: Job  # the job with this cube's source, layout and identity
     outputs: tuple  # per region: the files.OutFile it writes into
+    frame: tuple | None = None  # frame layouts: the source's metadata pieces, fetched once
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ def _companion_job(cfg: RunConfig, job: Job, label: str, source: str) -> Job:
     if method == "presigned":
         read_source = ensure_lifetime(read_source, signer_args, 2 * job.estimate_s + 60.0, ccfg)
     with open_transport(read_source, method, threads=1, **transport_options(cfg)) as transport:
-        layout = read_layout(transport, cfg.hdu, retry_policy(cfg))
+        layout = read_any_layout(transport, hdu=cfg.hdu, dataset=cfg.dataset, retry=retry_policy(cfg))
         info = transport.info
     if layout.shape != job.layout.shape:
         raise ConfigError(f"companions: {label} ({layout.source}) has shape {tuple(reversed(layout.shape))} but the "
@@ -89,10 +93,16 @@ def _prepare(cfg: RunConfig, job: Job, n_ranks: int) -> Stage:
         if len(job.regions) > 999:
             raise ConfigError(f"sofia_template: {len(job.regions)} regions, but SoFiA parameter files are numbered "
                               f"sofia_001..sofia_999 (s2p_setup's limit); use larger regions")
+        if job.layout.kind != "fits":
+            raise ConfigError(f"sofia_template: SoFiA-2 reads FITS, and {job.layout.source} is {job.layout.kind}; "
+                              f"stage it without a template")
     jobs = [("data", job)] + [(label, _companion_job(cfg, job, label, src)) for label, src in cfg.companions]
-    cubes = tuple(Cube(label, j, tuple(files.plan_files(cfg.layout, cfg.output_dir, label, j.layout, j.regions,
-                                                         j.assignment)))
-                  for label, j in jobs)
+    cubes = []
+    for label, j in jobs:
+        frame = _frame_pieces(cfg, j) if cfg.layout != "subcubes" else None
+        cubes.append(Cube(label, j, tuple(files.plan_files(cfg.layout, cfg.output_dir, label, j.layout, j.regions,
+                                                           j.assignment, frame)), frame))
+    cubes = tuple(cubes)
     paths = [c.outputs[0].path for c in cubes]
     if len(set(paths)) != len(paths):
         raise ConfigError(f"companions: two cubes would be staged to the same file {paths}; they need distinct names")
@@ -108,6 +118,20 @@ def _prepare(cfg: RunConfig, job: Job, n_ranks: int) -> Stage:
     done = manifests.done_regions(manifest)
     verify = tuple(tuple(done[r::n_ranks]) for r in range(n_ranks))
     return Stage(cubes, manifest, verify)
+
+
+def _frame_pieces(cfg: RunConfig, job: Job) -> tuple:
+    """Rank 0: the metadata a frame copies verbatim (a FITS header is in the layout already; an
+    HDF5 file's metadata around its data is fetched here, or the frame is refused)."""
+    with open_transport(job.read_source, job.method, threads=1, **transport_options(cfg)) as transport:
+        transport.adopt(job.info)
+
+        def read_range(offset: int, nbytes: int) -> bytes:
+            buf = bytearray(nbytes)
+            read_with_retries(transport, memoryview(buf), offset, retry_policy(cfg), lambda *fault: None)
+            return bytes(buf)
+
+        return files.frame_pieces(job.layout, read_range)
 
 
 def _refuse_foreign(cubes) -> None:
@@ -136,9 +160,10 @@ def _verify(stage: Stage, rank: int) -> list[int]:
 
 def _destination(cube: Cube, index: int, plan, fd: int, writable: bool = True):
     out = cube.outputs[index]
-    if out.mirror:
+    if out.mirror:  # frame layouts: only lattice plans (chunked HDF5 frames are refused up front)
         return mirror_file(fd, plan.lattice, writable=writable)
-    return compact_file(fd, plan.lattice, len(out.header), writable=writable)
+    lattice = plan.lattice if isinstance(plan, Plan) else box_lattice(cube.job.regions[index], cube.job.layout.itemsize)
+    return compact_file(fd, lattice, out.data_offset, writable=writable)
 
 
 def _region_crc(cube: Cube, index: int, out, path: str) -> str:
@@ -192,7 +217,8 @@ def _open_files(cfg: RunConfig, stage: Stage, assignment, todo) -> Stage:
     manifest = stage.manifest
     cubes = []
     for cube in stage.cubes:
-        planned = files.plan_files(cfg.layout, cfg.output_dir, cube.label, cube.job.layout, cube.job.regions, assignment)
+        planned = files.plan_files(cfg.layout, cfg.output_dir, cube.label, cube.job.layout, cube.job.regions,
+                                   assignment, cube.frame)
         outputs = [planned[i] if i in todo else replace(planned[i], path=manifest["regions"][i]["files"][cube.label])
                    for i in range(len(planned))]
         cubes.append(replace(cube, outputs=tuple(outputs)))

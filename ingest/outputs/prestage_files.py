@@ -5,13 +5,19 @@
   in the object, so the pipeline sees the staged cube and the holes cost no disk.
 - `frame-per-rank`: the same, one file per cube and rank, DIR/rankNNNN/<name>, for filesystems
   where ranks on different nodes must not write one file (NFS writes back whole pages).
-- `subcubes`: one cut-out FITS per cube and region, DIR/<stem>_region<NNN>.fits (WCS shifted).
+- `subcubes`: one cut-out per cube and region, DIR/<stem>_region<NNN>.fits (WCS shifted), or
+  .h5 for an HDF5 source (the dataset at its path, its attributes, the region's position).
+
+An output follows its source's format. A file is its metadata `pieces` (bytes at offsets: a FITS
+header at 0; an HDF5 file's superblock, object headers and heaps wherever h5py put them) and its
+data, written by the ranks at `data_offset` (compact) or at the object's own offsets (mirror).
 
 A file lives under a hidden temporary name (`.<name>.part`, fixed so a re-run finds it) until
 every region written into it is done; then it is renamed into place (complete or absent).
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -26,12 +32,17 @@ PAGE_BYTES = 4096  # a partly written page of a sparse file still allocates the 
 
 @dataclass(frozen=True)
 class OutFile:
-    """One output file: where it goes, what header it starts with, how long it is."""
+    """One output file: where it goes, its metadata, where its data goes, how long it is."""
 
     path: str  # final path
-    header: bytes
+    pieces: tuple  # ((offset, bytes), ...): everything but the data, written when the file is made
+    data_offset: int  # compact cut-out: where the region's C-order bytes start (mirror: unused)
     size_bytes: int
     mirror: bool  # True: bytes at their object offsets (frame); False: a compact cut-out
+
+    @property
+    def metadata_bytes(self) -> int:
+        return sum(len(b) for _, b in self.pieces)
 
     @property
     def tmp_path(self) -> str:
@@ -47,7 +58,7 @@ class OutFile:
 
 
 def frame_header(layout: Layout) -> bytes:
-    """The header bytes a frame file starts with: exactly the source's, or a clear refusal."""
+    """The header bytes a FITS frame file starts with: exactly the source's, or a clear refusal."""
     if layout.hdu != 0:
         raise ConfigError(f"layout: frame copies the source's header verbatim, but the cube is HDU {layout.hdu} "
                           f"of {layout.source}; SoFiA-2 reads the primary HDU, so that header cannot lead a "
@@ -59,32 +70,63 @@ def frame_header(layout: Layout) -> bytes:
     return header
 
 
+def frame_pieces(layout, read_range) -> tuple:
+    """Rank 0: the metadata a frame file copies from the source, verbatim. `read_range(offset,
+    nbytes)` fetches object bytes (an HDF5 file's metadata may sit before and after the data)."""
+    if layout.kind == "hdf5":
+        from ingest.outputs.h5files import frame_pieces as hdf5_pieces
+
+        return tuple(hdf5_pieces(layout, read_range))
+    return ((0, frame_header(layout)),)
+
+
+def _frame_size(layout) -> int:
+    """A FITS frame is padded to whole blocks as FITS requires; an HDF5 one is the object's size."""
+    if layout.kind == "hdf5":
+        return layout.object_bytes
+    return _padded(layout.data_offset + layout.data_bytes)
+
+
+def _subcube(layout, box, path_stem: str, index: int) -> OutFile:
+    nbytes = layout.itemsize * math.prod(b - a for a, b in box)
+    if layout.kind == "hdf5":
+        from ingest.outputs.h5files import subcube_image
+
+        image = subcube_image(layout, box, source_label=layout.source)
+        return OutFile(f"{path_stem}_region{index + 1:03d}.h5", tuple(image.pieces), image.data_offset,
+                       image.size_bytes, False)
+    header = subcube_header(layout, box).tostring().encode("ascii")
+    return OutFile(f"{path_stem}_region{index + 1:03d}.fits", ((0, header),), len(header),
+                   len(header) + _padded(nbytes), False)
+
+
 def _padded(nbytes: int) -> int:
     return nbytes + (-nbytes % BLOCK_BYTES)
 
 
-def plan_files(kind: str, out_dir: str, name: str, layout: Layout, regions, assignment) -> list[dict]:
-    """For one cube (`name`: "data" or a companion's): per region, the OutFile it writes into."""
+def plan_files(kind: str, out_dir: str, name: str, layout: Layout, regions, assignment, frame=None) -> list[dict]:
+    """For one cube (`name`: "data" or a companion's): per region, the OutFile it writes into.
+    `frame`: the frame layouts' metadata pieces (frame_pieces), fetched once by the caller."""
     base_name = os.path.basename(staged_path(out_dir, layout.source))
     if kind == "subcubes":
-        stem = base_name[:-5] if base_name.lower().endswith(".fits") else base_name
-        files = []
-        for index, box in enumerate(regions):
-            header = subcube_header(layout, box).tostring().encode("ascii")
-            nbytes = layout.itemsize
-            for a, b in box:
-                nbytes *= b - a
-            files.append(OutFile(os.path.join(out_dir, f"{stem}_region{index + 1:03d}.fits"), header,
-                                 len(header) + _padded(nbytes), False))
-        return files
-    header = frame_header(layout)
-    size_bytes = _padded(layout.data_offset + layout.data_bytes)
+        stem = os.path.join(out_dir, _stem(base_name))
+        return [_subcube(layout, box, stem, index) for index, box in enumerate(regions)]
+    if frame is None:
+        raise ValueError("plan_files: the frame layouts need the source's metadata pieces")
+    size_bytes = _frame_size(layout)
     if kind == "frame":
-        shared = OutFile(os.path.join(out_dir, base_name), header, size_bytes, True)
+        shared = OutFile(os.path.join(out_dir, base_name), tuple(frame), 0, size_bytes, True)
         return [shared] * len(regions)
     rank_of = {index: rank for rank, mine in enumerate(assignment) for index in mine}
-    return [OutFile(os.path.join(out_dir, f"rank{rank_of[i]:04d}", base_name), header, size_bytes, True)
+    return [OutFile(os.path.join(out_dir, f"rank{rank_of[i]:04d}", base_name), tuple(frame), 0, size_bytes, True)
             for i in range(len(regions))]
+
+
+def _stem(base_name: str) -> str:
+    for ext in (".fits", ".h5", ".hdf5", ".he5"):
+        if base_name.lower().endswith(ext):
+            return base_name[: -len(ext)]
+    return base_name
 
 
 def create(out: OutFile) -> None:
@@ -96,7 +138,8 @@ def create(out: OutFile) -> None:
     try:
         if os.fstat(fd).st_size != out.size_bytes:
             os.ftruncate(fd, out.size_bytes)
-        os.pwrite(fd, out.header, 0)
+        for offset, data in out.pieces:
+            os.pwrite(fd, data, offset)
     finally:
         os.close(fd)
 
@@ -115,7 +158,7 @@ def disk_bytes_needed(out: OutFile, boxes, itemsize: int) -> int:
     from ingest.core.regions import union_bytes
 
     rows = sum(_rows(box) for box in boxes)
-    return min(out.size_bytes, len(out.header) + union_bytes(boxes, itemsize) + 2 * PAGE_BYTES * rows)
+    return min(out.size_bytes, out.metadata_bytes + union_bytes(boxes, itemsize) + 2 * PAGE_BYTES * rows)
 
 
 def _rows(box) -> int:

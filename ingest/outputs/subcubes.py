@@ -55,8 +55,9 @@ def _check_box(box, shape: tuple[int, ...], what: str) -> tuple[tuple[int, int],
     return pairs
 
 
-def output_name(rank: int, box) -> str:
-    """File name for `rank`'s `box` (numpy-order half-open pairs); see the module docstring."""
+def output_name(rank: int, box, ext: str = ".fits") -> str:
+    """File name for `rank`'s `box` (numpy-order half-open pairs); see the module docstring.
+    `ext`: the source's format (".fits", or ".h5" for an HDF5 source)."""
     pairs = [(int(a), int(b)) for a, b in box]
     if not 1 <= len(pairs) <= len(_AXIS_LETTERS):
         raise RegionError(f"output name: box {box!r} has {len(pairs)} axes; 1 to 4 are supported")
@@ -65,7 +66,12 @@ def output_name(rank: int, box) -> str:
     parts = [f"rank{int(rank):04d}"]
     for letter, (start, stop) in zip(_AXIS_LETTERS, reversed(pairs)):
         parts.append(f"{letter}{start}-{stop}")
-    return "_".join(parts) + ".fits"
+    return "_".join(parts) + ext
+
+
+def output_ext(layout) -> str:
+    """Outputs follow the source's format."""
+    return ".h5" if layout.kind == "hdf5" else ".fits"
 
 
 def _source_label(layout: Layout) -> str:
@@ -131,7 +137,15 @@ def _tmp_path(final_path: str) -> str:
 
 def write_subcube(out_dir, rank: int, box, raw: np.ndarray, layout: Layout) -> str:
     """Write `raw` (RAW stored values, layout.raw_dtype, shape = box extents) as a FITS file named
-    by `output_name` in `out_dir`, atomically (temp name, fsync, rename); returns the final path."""
+    by `output_name` in `out_dir`, atomically (temp name, fsync, rename); returns the final path.
+    An HDF5 source's region is written as HDF5 (ingest.outputs.h5files)."""
+    if layout.kind == "hdf5":
+        from ingest.outputs.h5files import write_h5_subcube
+
+        pairs = _check_box(box, layout.shape, f"rank {rank} output")
+        final_path = os.path.join(os.fspath(out_dir), output_name(rank, pairs, ".h5"))
+        write_h5_subcube(final_path, layout, pairs, np.asarray(raw), source_label=_source_label(layout))
+        return final_path
     header = subcube_header(layout, box)  # also checks the box against the cube
     pairs = _check_box(box, layout.shape, f"rank {rank} output")
     extents = tuple(b - a for a, b in pairs)
@@ -160,7 +174,7 @@ def write_subcube(out_dir, rank: int, box, raw: np.ndarray, layout: Layout) -> s
 
 
 def _is_output(name: str) -> bool:
-    return name.startswith("rank") and name.endswith(".fits")
+    return name.startswith("rank") and name.endswith((".fits", ".h5"))
 
 
 def _tmp_target(name: str) -> str | None:
