@@ -285,6 +285,25 @@ def _sofia_files(cfg: RunConfig, manifest: dict, job: Job) -> list[str]:
     return written
 
 
+def _virtual_cubes(cfg: RunConfig, stage: Stage, manifest: dict) -> list[str]:
+    """Rank 0, once every region is done: for HDF5 subcubes, one virtual dataset per cube that
+    stitches its region files into the source's full shape (DIR/<stem>_virtual.h5)."""
+    if cfg.layout != "subcubes":
+        return []
+    from ingest.outputs.h5files import write_vds
+
+    written = []
+    for cube in stage.cubes:
+        layout = cube.job.layout
+        if layout.kind != "hdf5":
+            continue
+        region_files = [r["files"][cube.label] for r in manifest["regions"]]
+        path = os.path.join(cfg.output_dir, f"{files.stem_of(layout.source)}_virtual.h5")
+        write_vds(path, layout, cube.job.regions, region_files)
+        written.append(path)
+    return written
+
+
 def _run_name(cfg: RunConfig, job: Job) -> str:
     if cfg.run_name:
         return cfg.run_name
@@ -378,6 +397,7 @@ def prestage(comm, cfg: RunConfig) -> dict | None:
     if partial:
         raise IngestError(f"output_dir: {len(partial)} file(s) still have regions to stage, e.g. {partial[0]}")
     written = _sofia_files(cfg, manifest, job) if cfg.sofia_template else []
+    stitched = _virtual_cubes(cfg, stage, manifest)
     regions = sorted((r for rs in region_records for r in rs), key=lambda r: r["index"])
     staged = {r["index"] for r in regions}
     regions += [{"index": r["index"], "rank": None, "box": r["box"], "status": "skipped"}
@@ -386,7 +406,7 @@ def prestage(comm, cfg: RunConfig) -> dict | None:
     report = facts.build(records, mode="prestage", baseline=baseline, regions=regions,
                          extra={"layout": cfg.layout, "manifest": manifests.path_in(cfg.output_dir),
                                 "files": sorted({p for r in manifest["regions"] for p in r["files"].values()}),
-                                "sofia_files": written})
+                                "sofia_files": written, "virtual_datasets": stitched})
     publish_report(cfg, report)
     return report
 

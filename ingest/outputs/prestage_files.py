@@ -122,6 +122,11 @@ def plan_files(kind: str, out_dir: str, name: str, layout: Layout, regions, assi
             for i in range(len(regions))]
 
 
+def stem_of(source: str) -> str:
+    """The source's file name without its format's extension: cube.fits -> cube."""
+    return _stem(os.path.basename(staged_path(".", source)))
+
+
 def _stem(base_name: str) -> str:
     for ext in (".fits", ".h5", ".hdf5", ".he5"):
         if base_name.lower().endswith(ext):

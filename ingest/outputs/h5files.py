@@ -1,0 +1,187 @@
+"""HDF5 outputs for HDF5 sources: a region as its own .h5 file, a virtual dataset that stitches
+the regions back into one cube, and the metadata a `frame` copy of the source needs.
+
+A region file is made in two steps so that a rank's data never has to sit in memory: h5py
+writes the file's metadata once (the dataset contiguous, allocated early, fill never written,
+so the data is one run at a known offset), and everything except the data run becomes the
+file's metadata `pieces`. The pre-stage writes the pieces, then the ranks write their bytes at
+`data_offset` straight from the wire; `run --output-dir` writes the same bytes from memory. The
+two paths make identical files.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+
+import numpy as np
+
+from ingest.errors import ConfigError, IngestError
+from ingest.outputs.atomic import publish, remove_quietly
+
+FRAME_METADATA_LIMIT_BYTES = 64 << 20  # beyond this, copying the rest of the file is a staging step of its own
+_WRITE_BYTES = 64 << 20
+_CRPIX = re.compile(r"CRPIX(\d+)[A-Z]?")
+
+
+@dataclass(frozen=True)
+class H5Image:
+    """An HDF5 file without its data: bytes at offsets, where the data run goes, the file's length."""
+
+    pieces: tuple  # ((offset, bytes), ...)
+    data_offset: int
+    size_bytes: int
+
+
+def region_attrs(layout, box, source_label: str) -> dict:
+    """The source dataset's attributes with the region's position recorded, and each FITS-style
+    CRPIXn (FITS axis n = numpy axis ndim - n) moved by the region's start, as the FITS cut-outs do."""
+    ndim = len(layout.shape)
+    attrs = dict(layout.attrs)
+    for key, value in layout.attrs.items():
+        match = _CRPIX.fullmatch(key)
+        if match and 1 <= int(match.group(1)) <= ndim and isinstance(value, (int, float)):
+            attrs[key] = float(value) - box[ndim - int(match.group(1))][0]
+    attrs.update(ingest_region_start=np.array([a for a, _ in box], np.int64),
+                 ingest_source_shape=np.array(layout.shape, np.int64), ingest_source=source_label,
+                 ingest_source_dataset=layout.dataset)
+    return attrs
+
+
+def _set_attrs(dset, attrs: dict) -> None:
+    for key, value in attrs.items():
+        try:
+            dset.attrs[key] = value
+        except (TypeError, ValueError):  # a value read back as a repr or an odd list: kept as text
+            dset.attrs[key] = str(value)
+
+
+def subcube_image(layout, box, *, source_label: str) -> H5Image:
+    """The file for one region of `layout` (an H5Layout): the dataset at the source's path, the
+    region's shape, the stored dtype and byte order, contiguous, with region_attrs."""
+    import h5py
+
+    shape = tuple(int(b) - int(a) for a, b in box)
+    nbytes = layout.dtype.itemsize * math.prod(shape)
+    with tempfile.TemporaryDirectory(prefix="ingest-h5-") as scratch:
+        path = os.path.join(scratch, "region.h5")
+        # A real (sparse) file, not h5py's core driver: early allocation would put the whole
+        # region in memory there.
+        with h5py.File(path, "w", libver=("earliest", "v110")) as f:
+            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            dcpl.set_layout(h5py.h5d.CONTIGUOUS)
+            dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)  # the offset is known before any data
+            dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)  # and no fill pass writes over it
+            lcpl = h5py.h5p.create(h5py.h5p.LINK_CREATE)
+            lcpl.set_create_intermediate_group(True)
+            dsid = h5py.h5d.create(f.id, layout.dataset.encode(), h5py.h5t.py_create(layout.dtype, logical=True),
+                                   h5py.h5s.create_simple(shape), dcpl=dcpl, lcpl=lcpl)
+            _set_attrs(h5py.Dataset(dsid), region_attrs(layout, box, source_label))
+            data_offset = dsid.get_offset()
+        size_bytes = os.path.getsize(path)
+        if data_offset is None or data_offset + nbytes > size_bytes:
+            raise IngestError(f"{source_label} {layout.dataset}: HDF5 did not allocate the region's data "
+                              f"({nbytes} bytes) inside its file; cannot write it in place")
+        with open(path, "rb") as fh:
+            head = fh.read(data_offset)
+            fh.seek(data_offset + nbytes)
+            tail = fh.read()
+    pieces = ((0, head),) + (((data_offset + nbytes, tail),) if tail else ())
+    return H5Image(pieces, int(data_offset), size_bytes)
+
+
+def write_h5_subcube(path, layout, box, raw: np.ndarray, *, source_label: str) -> str:
+    """`run --output-dir`: write one region (raw stored values, box-shaped) as an .h5 file,
+    atomically (temporary name, fsync, rename): the file subcube_image describes, data filled in."""
+    extents = tuple(int(b) - int(a) for a, b in box)
+    if raw.shape != extents:
+        raise IngestError(f"{path}: data shape {raw.shape} does not match the region's {extents}")
+    data = np.ascontiguousarray(raw, dtype=layout.dtype)  # the stored byte order, as h5py would write it
+    image = subcube_image(layout, box, source_label=source_label)
+    path = os.fspath(path)
+    tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        try:
+            os.ftruncate(fd, image.size_bytes)
+            for offset, piece in image.pieces:
+                os.pwrite(fd, piece, offset)
+            flat = data.reshape(-1).view(np.uint8)  # a view: the region is not copied
+            for start in range(0, flat.size, _WRITE_BYTES):
+                os.pwrite(fd, flat[start:start + _WRITE_BYTES], image.data_offset + start)
+        finally:
+            os.close(fd)
+        publish(tmp, path)
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+    return path
+
+
+def _owned_cells(regions) -> list[tuple[int, tuple]]:
+    """Split the regions' union into boxes each mapped from exactly one region (the first that
+    holds it): overlapping regions (halos, s2p_setup's overlaps) map every voxel once."""
+    ndim = len(regions[0])
+    cuts = [sorted({v for box in regions for v in box[axis]}) for axis in range(ndim)]
+    cells = []
+    for index in np.ndindex(*(len(c) - 1 for c in cuts)):
+        cell = tuple((cuts[axis][i], cuts[axis][i + 1]) for axis, i in enumerate(index))
+        owner = next((r for r, box in enumerate(regions)
+                      if all(a <= lo and hi <= b for (lo, hi), (a, b) in zip(cell, box))), None)
+        if owner is not None:
+            cells.append((owner, cell))
+    return cells
+
+
+def write_vds(path, layout, regions, files) -> str:
+    """An HDF5 virtual dataset of the source's full shape at the source's dataset path, mapping
+    each region's file (relative names: the directory may move); voxels in no region read as the
+    source's fill value. Written atomically."""
+    import h5py
+
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    vlayout = h5py.VirtualLayout(shape=layout.shape, dtype=layout.dtype)
+    sources = [h5py.VirtualSource(os.path.relpath(os.path.abspath(f), directory), layout.dataset,
+                                  shape=tuple(b - a for a, b in box), dtype=layout.dtype)
+               for f, box in zip(files, regions)]
+    for owner, cell in _owned_cells([tuple(tuple(b) for b in box) for box in regions]):
+        start = regions[owner]
+        vlayout[tuple(slice(lo, hi) for lo, hi in cell)] = sources[owner][
+            tuple(slice(lo - a, hi - a) for (lo, hi), (a, _) in zip(cell, start))]
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    try:
+        with h5py.File(tmp, "w", libver="latest") as f:
+            dset = f.create_virtual_dataset(layout.dataset, vlayout, fillvalue=layout.fill_value)
+            _set_attrs(dset, dict(layout.attrs))
+        publish(tmp, path)
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+    return path
+
+
+def frame_pieces(layout, read_range, limit_bytes: int = FRAME_METADATA_LIMIT_BYTES) -> tuple:
+    """For `--layout frame` of an HDF5 source: every byte of the object outside the dataset's
+    data, fetched with `read_range(offset, nbytes)`, so ranks can write their regions in place.
+    Only a contiguous dataset has its data as plain bytes at fixed offsets."""
+    where = f"{layout.source} dataset {layout.dataset}"
+    if layout.storage != "contiguous" or layout.data_offset is None:
+        what = {"chunked": "chunked: its bytes are compressed chunks that cannot be written region by region",
+                "compact": "compact: its data lives inside the file's metadata"}.get(
+            layout.storage, "never written: it has no data bytes to place")
+        raise ConfigError(f"layout: frame needs a contiguous dataset; {where} is {what}. Use --layout subcubes")
+    start, end = layout.data_offset, layout.data_offset + layout.data_bytes
+    outside = start + (layout.object_bytes - end)
+    if outside > limit_bytes:
+        raise ConfigError(f"layout: frame copies the file's other bytes whole, and {where} leaves {outside:,} bytes "
+                          f"outside its data (limit {limit_bytes:,}): that copy would be a staging step of its "
+                          f"own. Use --layout subcubes")
+    pieces = []
+    if start:
+        pieces.append((0, read_range(0, start)))
+    if end < layout.object_bytes:
+        pieces.append((end, read_range(end, layout.object_bytes - end)))
+    return tuple(pieces)
