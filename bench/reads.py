@@ -97,7 +97,7 @@ class TunedRead:
         return self.elapsed_s - self.probe_s
 
 
-def tuned_read(source: str, region, *, method: str, **transport_options) -> TunedRead:
+def tuned_read(source: str, region, *, method: str, dataset: str | None = None, **transport_options) -> TunedRead:
     """Read `region` as `python -m ingest run` does with strategy auto and threads/chunk on auto
     (ingest.driver.job._tuned): open a transport for the probe, read the header (timed: the
     tuner's first latency and CPU per request), tune the read with ingest.io.autotune.tune_read (the
@@ -105,13 +105,13 @@ def tuned_read(source: str, region, *, method: str, **transport_options) -> Tune
     the chosen strategy, threads, request size and gap on a transport sized for them (rank 0's
     probe transport is not the ranks' read transport in the driver either)."""
     from ingest.io.autotune import tune_read
-    from ingest.formats.reader import read_layout_timed
+    from ingest.formats.reader import read_any_layout_timed
     from ingest.core.planner import CostModel
     from ingest.io.probe import LATENCY_THREADS
 
     t0 = time.perf_counter()
     with open_transport(source, method, threads=LATENCY_THREADS, **transport_options) as transport:
-        layout, header = read_layout_timed(transport, 0)
+        layout, header = read_any_layout_timed(transport, dataset=dataset)  # FITS or HDF5
         info = transport.info
         sel = normalize(region, layout.shape)
         t_tune = time.perf_counter()
@@ -160,10 +160,12 @@ def choices(samples: list[dict]) -> str:
     return "; ".join(f"{n}x {c}" for c, n in counts.most_common()) + probe
 
 
-def layout_of(source: str, method: str, **transport_options):
-    """The cube's Layout read through a transport (for planning outside the timed part)."""
+def layout_of(source: str, method: str, dataset: str | None = None, **transport_options):
+    """The cube's layout (FITS or HDF5) read through a transport (for planning outside the timed part)."""
+    from ingest.formats.reader import read_any_layout
+
     with open_transport(source, method, threads=1, **transport_options) as transport:
-        return read_layout(transport, 0)
+        return read_any_layout(transport, dataset=dataset)
 
 
 def plan_summary(layout, region, *, strategy: str, chunk_bytes: int, threads: int, cost=None,

@@ -203,3 +203,16 @@ def test_quick_is_the_default_of_every_bench():
         common.settle(args, **getattr(module, "SIZES", {}))
         assert (args.size_mib, args.repeats, args.warmup) == (common.QUICK["size_mib"], 2, 0)
     assert "quick" in run_all.COMMON_OPTIONS
+
+
+def test_hdf5_script(tmp_path):
+    out = _run(["-m", "bench.hdf5", "--profiles", "loopback", "--blocks-kib", "256",
+                "--layouts", "chunked_16x64x64,contiguous"], tmp_path, timeout_s=150)
+    assert "| h5py_default/ingest |" in out
+    results = _load(tmp_path, "hdf5")
+    chunked, contiguous = results["cells"]["loopback:chunked_16x64x64"], results["cells"]["loopback:contiguous"]
+    assert {"ingest", "h5py_default", "h5py_best"} <= set(chunked["candidates"])
+    assert "ingest_fits" in contiguous["candidates"]  # the FITS path on the same values
+    wire = chunked["ratios"]["loopback:chunked_16x64x64:ingest_wire/needed_chunks"]
+    assert wire["median"] >= 1.0  # a read never fetches less than the chunks the box needs
+    assert all(math.isfinite(r["median"]) and r["median"] > 0 for r in results["ratios"].values())

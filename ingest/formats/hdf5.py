@@ -105,7 +105,16 @@ class TransportFile(io.RawIOBase):
             blocks = range(start // bb, (stop - 1) // bb + 1)
             missing = [b for b in blocks if b not in self._blocks]
             if missing:  # one request from the first missing block to the last: a round trip costs more
-                self._fetch(missing[0], missing[-1] + 1)  # than re-reading a cached block between them
+                try:  # than re-reading a cached block between them
+                    self._fetch(missing[0], missing[-1] + 1)
+                except Exception as exc:  # noqa: BLE001 - kept in self.error; the opener re-raises it
+                    # Never raise through HDF5's C stack, and keep no traceback: its frames hold
+                    # `buffer`, memory HDF5 frees, and releasing it at exit is a segfault. Zeros
+                    # make HDF5 fail as on a damaged file; the opener then raises `error`.
+                    self.error = exc.with_traceback(None)
+                    out[: stop - start] = bytes(stop - start)
+                    self._pos = stop
+                    return stop - start
             for b in blocks:
                 self._blocks.move_to_end(b)
                 lo, hi = max(start, b * bb), min(stop, (b + 1) * bb)
@@ -192,6 +201,8 @@ def _opened(transport, retry: RetryPolicy):
         # h5py's first read is this block anyway, so looking for the signature here costs nothing;
         # HDF5 itself would probe every power of two up to the end of a large non-HDF5 object.
         head = fileobj.read(min(fileobj.size, fileobj.block_bytes))
+        if fileobj.error is not None:
+            raise fileobj.error
         offsets = [0] + [512 << k for k in range(max(0, len(head).bit_length() - 9))]
         if not any(head[o : o + len(HDF5_SIGNATURE)] == HDF5_SIGNATURE for o in offsets):
             raise Hdf5FormatError(f"{name}: not an HDF5 file (no signature {HDF5_SIGNATURE!r} at byte 0 "
@@ -199,10 +210,12 @@ def _opened(transport, retry: RetryPolicy):
         fileobj.seek(0)
         with h5py.File(fileobj, "r") as f:
             yield f, fileobj
+            if fileobj.error is not None:  # a read failed under h5py: what it returned is not the file
+                raise fileobj.error
     except (Hdf5FormatError, TransportError):
         raise
     except Exception as exc:
-        if isinstance(fileobj.error, TransportError):
+        if fileobj.error is not None:
             raise fileobj.error from None
         if isinstance(exc, (OSError, RuntimeError)):  # what h5py raises for a damaged file
             raise Hdf5FormatError(f"{name}: h5py cannot read it as HDF5: {exc}") from None
