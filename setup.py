@@ -23,8 +23,9 @@ setup(
     extras_require={
         # hdf5plugin writes the zstd/blosc/lz4/bitshuffle test cubes that ingest's own decoders read
         "test": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.1", "cryptography>=41", "hdf5plugin>=4.1"],
-        # astropy's remote reads over fsspec's HTTP filesystem, the comparison in bench/subcube.py
-        "bench": ["fsspec>=2023.1", "aiohttp>=3.9"],
+        # astropy's and h5py's remote reads over fsspec's HTTP filesystem (bench/subcube.py,
+        # bench/hdf5.py) and h5coro, the other cloud HDF5 reader bench/hdf5.py compares with
+        "bench": ["fsspec>=2023.1", "aiohttp>=3.9", "h5coro>=1.0.7"],
     },
     entry_points={"console_scripts": ["ingest=ingest.cli:main"]},
 )

@@ -35,7 +35,7 @@ SCHEMA_VERSION = 1
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR_DEFAULT = REPO_ROOT / "bench" / "results"
 BUCKET = "bench"
-PACKAGES = ("ingest", "numpy", "astropy", "boto3", "botocore", "urllib3", "fsspec", "aiohttp", "mpi4py")
+PACKAGES = ("ingest", "numpy", "astropy", "boto3", "botocore", "urllib3", "fsspec", "aiohttp", "mpi4py", "h5py", "h5coro")
 # Variables that would steer boto3 away from the bench server (a service-specific endpoint
 # beats AWS_ENDPOINT_URL; a profile or token adds credentials versitygw rejects).
 _AWS_VARS_TO_CLEAR = (
