@@ -80,14 +80,16 @@ def read_selection(
     convert: bool = True,
     progress=None,
     retry: RetryPolicy = RetryPolicy(),
+    order: str = "sequential",
 ) -> tuple[np.ndarray, ReadStats]:
     """Execute a plan into a fresh array and convert it as astropy would (convert=False: the raw
     stored values in the selection's box shape, e.g. to write them out unchanged)."""
     if isinstance(plan, Plan):
         raw = np.empty(sel.box_shape, dtype=layout.raw_dtype)
-        stats = execute(plan, transport, raw, threads=threads, progress=progress, retry=retry)
+        stats = execute(plan, transport, raw, threads=threads, progress=progress, retry=retry, order=order)
     else:
-        raw, stats = _read_stored_box(transport, layout, sel, plan, threads=threads, progress=progress, retry=retry)
+        raw, stats = _read_stored_box(transport, layout, sel, plan, threads=threads, progress=progress, retry=retry,
+                                      order=order)
     if not convert:
         return raw, stats
     data = apply_scaling(raw, layout)

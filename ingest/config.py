@@ -85,6 +85,13 @@ class RunConfig:
     min_overlap: str | None = _opt(None, unit="pixels SPATIAL,SPECTRAL", kind="overlap",
                                    help="with region_shape: least overlap of neighbouring regions (s2p_setup's "
                                         "min_overlap_spat, min_overlap_spec)", shown_default="0,0")
+    take_regions: int | None = _opt(None, unit="regions", kind="int", low=1,
+                                    help="read only the first N regions of the split (weak scaling, as seed 001: the "
+                                         "cube split into B boxes, a p-rank run reads p of them)",
+                                    shown_default="every region")
+    order: str = _opt("sequential", kind="choice", choices=("sequential", "random"),
+                      help="the order requests are issued in: file order, or a random permutation of the same "
+                           "requests (seed 000's access-order experiment)")
     hdu: int = _opt(0, unit="HDU index", kind="int", low=0, help="FITS: image HDU to read, 0 = primary")
     dataset: str | None = _opt(None, unit="HDF5 path", kind="str",
                                help="HDF5: the dataset to read, e.g. /0/DATA (the format is told by the "
@@ -114,6 +121,9 @@ class RunConfig:
                        help="prestage: ignore an existing manifest.json and stage everything again")
     compare: str = _opt("none", kind="choice", choices=("none", "staging"),
                         help="staging: also time the copy-to-filesystem baseline (needs stage_dir)")
+    stage_with: str = _opt("ingest", kind="str", commands=("run", "stage"),
+                           help="the tool that makes the staged copy: ingest (its own ranged download over the "
+                                "ranks), s5cmd, rclone, or a command template with {source} and {dest}")
     stage_direct_io: bool = _opt(False, kind="bool",
                                  help="read the staged copy with O_DIRECT, bypassing the page cache entirely")
     stage_dir: str | None = _opt(None, unit="path", kind="path",

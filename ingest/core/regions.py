@@ -200,3 +200,11 @@ def inclusive_fits_region(box) -> tuple[int, int, int, int, int, int]:
 def fits_region_text(box) -> str:
     """The SoFiA-2 `input.region` value for a box: 'x_min, x_max, y_min, y_max, z_min, z_max'."""
     return ", ".join(str(v) for v in inclusive_fits_region(box))
+
+
+def take_first(regions, n: int) -> tuple:
+    """The first n regions of a split, in its order (x fastest), for weak scaling: the study
+    splits the cube into B boxes once and a p-rank run reads p of them, each the same size."""
+    if not 1 <= n <= len(regions):
+        raise ConfigError(f"take_regions: {n} is not in 1..{len(regions)} (the split has {len(regions)} regions)")
+    return tuple(regions[:n])

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ingest.api import plan_read
 from ingest.config import RunConfig
 from ingest.core.decompose import format_grid, grid_boxes, resolve_grid
-from ingest.core.regions import assign_regions, parse_min_overlap, parse_region_shape, s2p_regions
+from ingest.core.regions import assign_regions, take_first, parse_min_overlap, parse_region_shape, s2p_regions
 from ingest.driver.source import ensure_lifetime, resolve_source
 from ingest.errors import ConfigError
 from ingest.formats.fits import Layout
@@ -106,7 +106,15 @@ def _tuned(cfg: RunConfig, configured: Settings, transport: Transport, layout: L
 
 def decompose_job(cfg: RunConfig, settings: Settings, layout: Layout, n_ranks: int):
     """(grid, reason, regions) for the job region: s2p_setup's regions of region_shape, the
-    grid as given (any number of regions), or an automatic grid of one region per rank."""
+    grid as given (any number of regions), or an automatic grid of one region per rank; with
+    take_regions, only the first N of them (weak scaling)."""
+    grid_fits, reason, regions = _split_job(cfg, settings, layout, n_ranks)
+    if cfg.take_regions is None:
+        return grid_fits, reason, regions
+    return grid_fits, f"{reason}; the first {cfg.take_regions} of them", take_first(regions, cfg.take_regions)
+
+
+def _split_job(cfg: RunConfig, settings: Settings, layout: Layout, n_ranks: int):
     job_box = _job_box(cfg, layout)
     if cfg.region_shape is not None:
         shape_fits = parse_region_shape(cfg.region_shape)

@@ -117,7 +117,8 @@ def read_rank_regions(comm, cfg: RunConfig, job: Job, source: str, method: str, 
     try:
         for index, (sel, plan) in zip(mine, plans):
             start_s = MPI.Wtime() - t0
-            common = dict(threads=job.settings.threads, progress=bar.update if bar else None, retry=retry_policy(cfg))
+            common = dict(threads=job.settings.threads, progress=bar.update if bar else None, retry=retry_policy(cfg),
+                          order=cfg.order)
             if destination is None:
                 raw, stats = read_selection(transport, job.layout, sel, plan, convert=False, **common)
             else:

@@ -39,7 +39,7 @@ def fill_missing(out: np.ndarray, plan: ChunkPlan, chunk_shape, box, fill_value)
 
 def execute_chunks(plan: ChunkPlan, index: ChunkIndex, filters, dtype: np.dtype, transport: Transport,
                    out: np.ndarray, box, *, fill_value=0, threads: int = 1, progress=None,
-                   retry: RetryPolicy = RetryPolicy(), name: str = "dataset") -> ReadStats:
+                   retry: RetryPolicy = RetryPolicy(), name: str = "dataset", order: str = "sequential") -> ReadStats:
     """Fill `out` (box-shaped, the stored dtype) with the box of a chunked dataset. `name` (file
     and dataset) prefixes every decoding error, with the chunk's offset and grid position."""
     check_supported(filters, name)  # before any request: an unknown filter moves no data
@@ -65,4 +65,4 @@ def execute_chunks(plan: ChunkPlan, index: ChunkIndex, filters, dtype: np.dtype,
 
     largest = int(plan.req_nbytes.max()) if plan.n_requests else 0
     return run_requests(plan.n_requests, do_one, transport, needed_bytes=out.nbytes, buffer_bytes=largest,
-                        threads=threads, progress=progress, retry=retry)
+                        threads=threads, progress=progress, retry=retry, order=order)

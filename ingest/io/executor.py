@@ -89,6 +89,7 @@ def execute(
     threads: int = 1,
     progress=None,
     retry: RetryPolicy = RetryPolicy(),
+    order: str = "sequential",
 ) -> ReadStats:
     """Fill `array` (the selection's raw bytes, C order), or a Destination such as a mapped output
     file, by running `plan` on `threads` threads.
@@ -100,15 +101,26 @@ def execute(
     dest = array if isinstance(array, Destination) else ArrayDestination(array, plan.lattice)
     return run_requests(plan.n_requests, lambda i, read, worker: _run_one(plan, read, dest, i, worker), transport,
                         needed_bytes=plan.needed_bytes, buffer_bytes=min(plan.chunk_bytes, plan.wire_bytes),
-                        threads=threads, progress=progress, retry=retry)
+                        threads=threads, progress=progress, retry=retry, order=order)
+
+
+def request_order(n: int, order: str) -> np.ndarray | range:
+    """The order requests 0..n-1 are issued in: file order, or a random permutation of them
+    (seed 000's access-order experiment: the same requests, only their order differs)."""
+    if order == "sequential":
+        return range(n)
+    if order == "random":
+        return np.random.default_rng().permutation(n)
+    raise ValueError(f"order: {order!r} is not sequential or random")
 
 
 def run_requests(n: int, do_one, transport: Transport, *, needed_bytes: int, buffer_bytes: int, threads: int = 1,
-                 progress=None, retry: RetryPolicy = RetryPolicy()) -> ReadStats:
-    """Run requests 0..n-1 on `threads` threads: `do_one(i, read, worker)` makes request i with
-    `read(buffer, offset)` (the transport read, retried and counted) and returns (time to first
-    byte, bytes on the wire). Each thread has a Worker whose buffer starts at buffer_bytes. The
-    first unrecoverable error stops every thread and is raised here."""
+                 progress=None, retry: RetryPolicy = RetryPolicy(), order: str = "sequential") -> ReadStats:
+    """Run requests 0..n-1 on `threads` threads, in `order`: `do_one(i, read, worker)` makes
+    request i with `read(buffer, offset)` (the transport read, retried and counted) and returns
+    (time to first byte, bytes on the wire). Each thread has a Worker whose buffer starts at
+    buffer_bytes. The first unrecoverable error stops every thread and is raised here."""
+    sequence = request_order(n, order)
     stats = ReadStats(bytes_needed=needed_bytes)
     lock = threading.Lock()
     next_index = [0]
@@ -132,7 +144,7 @@ def run_requests(n: int, do_one, transport: Transport, *, needed_bytes: int, buf
             with lock:
                 if failure or next_index[0] >= n:
                     return
-                i = next_index[0]
+                i = int(sequence[next_index[0]])
                 next_index[0] += 1
             t_req = time.perf_counter()
             try:
