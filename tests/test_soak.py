@@ -12,7 +12,7 @@ from datetime import datetime
 
 import pytest
 
-from ingest.tools import soak
+from ingest.tools import children, soak
 from ingest.errors import ConfigError
 from ingest.io.presign import presign_url
 from ingest.tools.synth import write_cube
@@ -257,10 +257,10 @@ def test_a_run_past_run_timeout_is_killed_and_recorded_as_timeout(stall_url, env
     t0 = time.monotonic()
     status = run_soak(["--runs", "1", "--run-timeout-s", "2", "--db", db, "--", "--source", stall_url])
     assert status == 1
-    assert time.monotonic() - t0 < 2 + soak.KILL_GRACE_S + 3
+    assert time.monotonic() - t0 < 2 + children.KILL_GRACE_S + 3
     (r,) = rows(db)
     assert r["outcome"] == "timeout" and r["exit_status"] != 0
-    assert 2 <= r["runtime_s"] < 2 + soak.KILL_GRACE_S + 1
+    assert 2 <= r["runtime_s"] < 2 + children.KILL_GRACE_S + 1
     assert "--run-timeout-s 2" in r["stderr_head"]
     assert "deadbeefcafe" not in r["command"] and "AKIASTALLTEST" not in r["command"]
     assert not leftover_processes(r["soak_id"]), "the killed run left processes behind"
@@ -278,7 +278,7 @@ def test_ctrl_c_finishes_the_current_row_as_interrupted_and_prints_the_summary(s
         time.sleep(0.1)
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=soak.KILL_GRACE_S + 10)
+    out, err = proc.communicate(timeout=children.KILL_GRACE_S + 10)
     assert proc.returncode == 130, err
     (r,) = rows(db)
     assert r["outcome"] == "interrupted" and r["run"] == 1

@@ -15,32 +15,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shlex
-import signal
 import socket
 import sqlite3
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from ingest.errors import ConfigError, IngestError
-from ingest.io.presign import redact_url
+from ingest.tools.children import StopFlag, redact_text, report_facts, run_child, stderr_excerpt
 from ingest.units import format_bytes
 
 DEFAULT_DB = "soak.sqlite"
 DEFAULT_LABEL = "soak"
 DEFAULT_RUN_TIMEOUT_S = 3600.0  # seed 000 saw single runs stall for 40 min: longer is a hang
-KILL_GRACE_S = 5.0  # after SIGTERM, mpiexec needs a moment to take its ranks down
-POLL_S = 0.2  # how often waits look at the stop flag
-STDERR_HEAD_LINES = 20
-STDERR_TAIL_LINES = 5  # a traceback's last line is its message: keep it too
-STDERR_MAX_CHARS = 4000
 DB_BUSY_TIMEOUT_S = 60.0  # another soak sharing the file may hold the write lock briefly
 OUTCOMES = ("ok", "failed", "timeout", "interrupted")
 
@@ -71,10 +62,6 @@ CREATE TABLE IF NOT EXISTS soak_runs (
 _COLUMNS = ("soak_id", "label", "run", "started_utc", "host", "exit_status", "outcome", "runtime_s", "ranks",
             "makespan_s", "bytes_needed", "bytes_wire", "requests", "retries", "resumed_bytes", "faults",
             "command", "stderr_head", "report_path")
-_URL = re.compile(r"""https?://[^\s'"<>]+""", re.IGNORECASE)
-# NAME=VALUE arguments (mpiexec -x, env) whose name says the value is a credential.
-_SECRET_ASSIGNMENT = re.compile(r"\b([A-Za-z_]*(?:SECRET|TOKEN|PASSWORD|ACCESS_KEY)[A-Za-z_]*)=\S+", re.IGNORECASE)
-_SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ACCESS_KEY_ID")
 # Launcher task counts: set when soak itself was started by mpiexec/srun (see driver.mpi).
 _LAUNCHED_AS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_STEP_NUM_TASKS")
 
@@ -190,17 +177,6 @@ def config_from_args(args) -> SoakConfig:
 # ------------------------------------------------------------------ redaction, database
 
 
-def redact_text(text: str) -> str:
-    """`text` with URL queries/passwords, NAME=secret values and credential env values removed."""
-    text = _URL.sub(lambda m: redact_url(m.group(0)), text)
-    text = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}=<redacted>", text)
-    for name in _SECRET_ENV:
-        value = os.environ.get(name, "")
-        if len(value) >= 4:  # a 1-3 character "secret" would blank ordinary words
-            text = text.replace(value, "<redacted>")
-    return text
-
-
 def _connect(path: str) -> sqlite3.Connection:
     # Rollback journal, not WAL: WAL needs shared memory that Lustre/NFS homes do not give.
     return sqlite3.connect(path, timeout=DB_BUSY_TIMEOUT_S)
@@ -216,77 +192,7 @@ def insert_row(conn: sqlite3.Connection, row: dict) -> None:
 # ------------------------------------------------------------------ one run
 
 
-class _StopFlag:
-    """SIGINT/SIGTERM set a flag that the waits poll, so the row for the current run is still
-    written; a second signal raises KeyboardInterrupt as usual."""
-
-    def __init__(self):
-        self.requested = False
-        self._saved = {}
-
-    def _handler(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._saved[sig] = signal.signal(sig, self._handler)
-        return self
-
-    def __exit__(self, *exc):
-        for sig, handler in self._saved.items():
-            signal.signal(sig, handler)
-
-    def sleep(self, seconds: float) -> None:
-        """Sleep, waking early when a stop is requested."""
-        end = time.monotonic() + seconds
-        while not self.requested and (left := end - time.monotonic()) > 0:
-            time.sleep(min(POLL_S, left))
-
-
-def _stop_process_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the run's process group (mpiexec forwards it to its ranks), SIGKILL if it lingers."""
-    for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _stderr_excerpt(path: str) -> str:
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        lines = fh.read().splitlines()
-    keep = lines if len(lines) <= STDERR_HEAD_LINES + STDERR_TAIL_LINES else (
-        lines[:STDERR_HEAD_LINES] + [f"... ({len(lines) - STDERR_HEAD_LINES - STDERR_TAIL_LINES} lines)"]
-        + lines[-STDERR_TAIL_LINES:])
-    return redact_text("\n".join(keep))[:STDERR_MAX_CHARS]
-
-
-def _report_facts(path: str) -> dict:
-    """Row columns from a run's JSON report: aggregate sums plus per-rank resume/fault counts."""
-    from ingest.outputs.report import load_report
-
-    report = load_report(path)
-    agg, ranks = report["aggregate"], report.get("ranks") or []
-    faults: dict[str, int] = {}
-    for r in ranks:
-        for kind, count in (r.get("faults") or {}).items():
-            faults[kind] = faults.get(kind, 0) + int(count)
-    resumed = agg.get("resumed_bytes")
-    return {"ranks": len(ranks), "makespan_s": agg.get("makespan_s"), "bytes_needed": agg.get("bytes_needed"),
-            "bytes_wire": agg.get("bytes_wire"), "requests": agg.get("requests"), "retries": agg.get("retries"),
-            "resumed_bytes": resumed if resumed is not None else sum(int(r.get("resumed_bytes") or 0) for r in ranks),
-            "faults": json.dumps(faults, sort_keys=True)}
-
-
-def run_once(cfg: SoakConfig, soak_id: str, run_no: int, work_dir: str, stop: _StopFlag) -> dict:
+def run_once(cfg: SoakConfig, soak_id: str, run_no: int, work_dir: str, stop: StopFlag) -> dict:
     """Run `ingest run` once as a subprocess in its own process group; the row for it."""
     report_path = os.path.join(cfg.reports_dir or work_dir, f"{soak_id}-run{run_no:05d}.json")
     stderr_path = os.path.join(work_dir, "stderr.txt")
@@ -295,35 +201,13 @@ def run_once(cfg: SoakConfig, soak_id: str, run_no: int, work_dir: str, stop: _S
     row = {"soak_id": soak_id, "label": cfg.label, "run": run_no, "host": socket.gethostname(),
            "started_utc": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
            "command": redact_text(shlex.join(argv))}
-    t0 = time.monotonic()
-    with open(stderr_path, "wb") as err:
-        # Own session: a terminal's Ctrl-C reaches soak only, and killpg takes mpiexec and its
-        # ranks down together.
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                                start_new_session=True)
-        outcome = None
-        try:
-            while proc.poll() is None:
-                if stop.requested:
-                    outcome = "interrupted"
-                elif time.monotonic() - t0 > cfg.run_timeout_s:
-                    outcome = "timeout"
-                if outcome:
-                    _stop_process_group(proc)
-                    break
-                try:
-                    proc.wait(timeout=POLL_S)
-                except subprocess.TimeoutExpired:
-                    pass
-        except BaseException:  # a second Ctrl-C: leave, but not with a run still going
-            _stop_process_group(proc)
-            raise
-    row["runtime_s"] = time.monotonic() - t0
-    row["exit_status"] = proc.returncode
+    outcome, row["exit_status"], row["runtime_s"] = run_child(argv, timeout_s=cfg.run_timeout_s, stop=stop,
+                                                               stderr_path=stderr_path)
     note = ""
-    if outcome is None and proc.returncode == 0:
+    if outcome is None and row["exit_status"] == 0:
         try:
-            row.update(_report_facts(report_path))
+            row.update(report_facts(report_path))
+            row["faults"] = json.dumps(row["faults"], sort_keys=True)
             outcome = "ok"
         except (IngestError, KeyError, TypeError, ValueError) as exc:
             outcome, note = "failed", f"soak: exit status 0 but no usable report: {exc}\n"
@@ -333,7 +217,7 @@ def run_once(cfg: SoakConfig, soak_id: str, run_no: int, work_dir: str, stop: _S
             note = f"soak: killed after --run-timeout-s {cfg.run_timeout_s:g} s\n"
         elif outcome == "interrupted":
             note = "soak: stopped by SIGINT/SIGTERM\n"
-        row["stderr_head"] = redact_text(note) + _stderr_excerpt(stderr_path)
+        row["stderr_head"] = redact_text(note) + stderr_excerpt(stderr_path)
     if cfg.reports_dir and os.path.exists(report_path):
         row["report_path"] = report_path
     elif os.path.exists(report_path):
@@ -366,7 +250,7 @@ def soak(cfg: SoakConfig, out=None, group: str = "label", slow_s: float | None =
     work_dir = tempfile.mkdtemp(prefix=".soak-", dir=os.path.dirname(os.path.abspath(cfg.db_path)))
     outcomes = []
     try:
-        with _StopFlag() as stop:
+        with StopFlag() as stop:
             run_no = 0
             while not stop.requested and (cfg.runs is None or run_no < cfg.runs):
                 if run_no and cfg.pause_s:
