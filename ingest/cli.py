@@ -21,6 +21,7 @@ COMMANDS = {
     "plan": "ingest.commands",
     "report": "ingest.outputs.report",
     "soak": "ingest.tools.soak",
+    "study": "ingest.study.runner",
     "synth": "ingest.tools.synth",
     "upload": "ingest.tools.upload",
     "presign": "ingest.io.presign",

@@ -25,6 +25,19 @@ _URL = re.compile(r"""https?://[^\s'"<>]+""", re.IGNORECASE)
 # NAME=VALUE arguments (mpiexec -x, env) whose name says the value is a credential.
 _SECRET_ASSIGNMENT = re.compile(r"\b([A-Za-z_]*(?:SECRET|TOKEN|PASSWORD|ACCESS_KEY)[A-Za-z_]*)=\S+", re.IGNORECASE)
 _SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ACCESS_KEY_ID")
+# Launcher task counts: set when the parent itself was started by mpiexec/srun (see driver.mpi).
+_LAUNCHED_AS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_STEP_NUM_TASKS")
+
+
+def refuse_if_launched(command: str, environ=os.environ) -> None:
+    """soak and study launch their own jobs: started as N tasks, each task would run them all."""
+    from ingest.errors import ConfigError
+
+    for name in _LAUNCHED_AS:
+        value = environ.get(name, "1")
+        if value.isdigit() and int(value) > 1:
+            raise ConfigError(f"{command}: started by a launcher ({name}={value}); start {command} alone "
+                              "and give it the launcher (soak: --launcher \"mpiexec -n N\"; study: study.launcher)")
 
 
 def redact_text(text: str) -> str:

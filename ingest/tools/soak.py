@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from ingest.errors import ConfigError, IngestError
-from ingest.tools.children import StopFlag, redact_text, report_facts, run_child, stderr_excerpt
+from ingest.tools.children import StopFlag, refuse_if_launched, redact_text, report_facts, run_child, stderr_excerpt
 from ingest.units import format_bytes
 
 DEFAULT_DB = "soak.sqlite"
@@ -62,8 +62,6 @@ CREATE TABLE IF NOT EXISTS soak_runs (
 _COLUMNS = ("soak_id", "label", "run", "started_utc", "host", "exit_status", "outcome", "runtime_s", "ranks",
             "makespan_s", "bytes_needed", "bytes_wire", "requests", "retries", "resumed_bytes", "faults",
             "command", "stderr_head", "report_path")
-# Launcher task counts: set when soak itself was started by mpiexec/srun (see driver.mpi).
-_LAUNCHED_AS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_STEP_NUM_TASKS")
 
 
 @dataclass(frozen=True)
@@ -156,10 +154,7 @@ def config_from_args(args) -> SoakConfig:
         raise ConfigError(f"--launcher: cannot split {args.launcher!r} ({exc})") from None
     if not args.label.strip():
         raise ConfigError("--label: empty; name the configuration this soak measures")
-    for name in _LAUNCHED_AS:
-        if os.environ.get(name, "1").isdigit() and int(os.environ.get(name, "1")) > 1:
-            raise ConfigError(f"soak: started by a launcher ({name}={os.environ[name]}); start soak alone "
-                              "and pass the launcher with --launcher \"mpiexec -n N\"")
+    refuse_if_launched("soak")
     if args.reports_dir:
         try:
             os.makedirs(args.reports_dir, exist_ok=True)

@@ -1,0 +1,190 @@
+"""The study's one configuration: a TOML file with a [study] table and one table per experiment.
+
+Every experiment table is optional; a study runs the ones present. Each key is checked here,
+once, and a bad one is refused naming `table.key`, the value and what was expected, before any
+job starts (a typo should cost a second, not the first hour of a 25-node allocation).
+
+    [study]            source, endpoint_url, repeats, launcher, run_timeout_s, threads, boxes,
+                       grid, stage_dir, run_args; or [study.embedded] for a local server + cube
+    [processes]        ranks, methods (presigned, s3, staging), scaling (weak|strong), stage_with
+    [threads]          threads, method
+    [strategies]       strategies, method
+    [libraries]        libraries, chunk_bytes, bytes, cache
+    [order]            orders, method, strategy
+    [layout]           access (sequential|parallel), parallel_ranks, method, prefix
+    [stability]        runs, methods
+    [links]            profiles, experiments
+Any experiment table may set `repeats` (default: the study's).
+"""
+from __future__ import annotations
+
+import difflib
+import tomllib
+from dataclasses import dataclass, field
+
+from ingest.errors import ConfigError
+from ingest.units import parse_bytes
+
+EXPERIMENTS = ("processes", "threads", "strategies", "libraries", "order", "layout", "stability")
+METHODS = ("presigned", "s3")
+LIBRARIES = ("urllib", "requests", "urllib3", "ingest")
+STRATEGIES = ("large", "intermediate", "small", "auto")
+STAGE_TOOLS = ("ingest", "s5cmd", "rclone")
+LINK_PROFILES = ("loopback", "acacia", "wan")
+
+# table -> {key: (kind, default)}; kind drives the check. None default: required or derived.
+_KEYS: dict[str, dict[str, tuple]] = {
+    "study": {"source": ("str", None), "endpoint_url": ("str", None), "repeats": ("int", 3),
+              "launcher": ("str", "auto"), "run_timeout_s": ("float", 1800.0), "threads": ("int", 4),
+              "boxes": ("int", None), "grid": ("str", "auto"), "stage_dir": ("str", None),
+              "run_args": ("strs", []), "embedded": ("table", None)},
+    "embedded": {"shape": ("str", "256x256x64"), "bitpix": ("int", -32), "bucket": ("str", "study"),
+                 "key": ("str", "cube.fits")},
+    "processes": {"ranks": ("ints", None), "methods": ("strs", ["presigned", "s3", "staging"]),
+                  "scaling": ("str", "weak"), "stage_with": ("strs", ["auto"]), "threads": ("int", None),
+                  "repeats": ("int", None)},
+    "threads": {"threads": ("ints", [1, 2, 4, 8, 16]), "method": ("str", "presigned"), "repeats": ("int", None)},
+    "strategies": {"strategies": ("strs", list(STRATEGIES)), "method": ("str", "presigned"),
+                   "repeats": ("int", None)},
+    "libraries": {"libraries": ("strs", list(LIBRARIES)), "chunk_bytes": ("strs", ["1GiB", "1.9GiB"]),
+                  "bytes": ("str", None), "cache": ("strs", ["fresh", "cached"]), "repeats": ("int", None)},
+    "order": {"orders": ("strs", ["sequential", "random"]), "method": ("str", "presigned"),
+              "strategy": ("str", "small"), "repeats": ("int", None)},
+    "layout": {"access": ("strs", ["sequential", "parallel"]), "parallel_ranks": ("int", 4),
+               "method": ("str", "s3"), "prefix": ("str", "ingest-study-tiles/"), "repeats": ("int", None)},
+    "stability": {"runs": ("int", 10), "methods": ("strs", ["presigned", "s3"])},
+    "links": {"profiles": ("strs", ["loopback"]), "experiments": ("strs", ["processes"])},
+}
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    """A validated study: the [study] settings and each present experiment's table (defaults filled)."""
+
+    study: dict
+    embedded: dict | None
+    experiments: dict = field(default_factory=dict)  # name -> its table, only those present
+    links: dict | None = None
+    raw: dict = field(default_factory=dict)  # the file as read, for the record (meta "config")
+
+    def repeats(self, experiment: str) -> int:
+        if experiment == "stability":
+            return self.experiments["stability"]["runs"]
+        own = self.experiments[experiment].get("repeats")
+        return own if own is not None else self.study["repeats"]
+
+    def links_for(self, experiment: str) -> list[str]:
+        """The link profiles an experiment runs over (loopback alone without a [links] table)."""
+        if self.links and experiment in self.links["experiments"]:
+            return list(self.links["profiles"])
+        return ["loopback"]
+
+
+def _suggest(name: str, known) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _check(table: str, key: str, kind: str, value):
+    where = f"{table}.{key}"
+    if kind == "int" and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        raise ConfigError(f"{where}: expected a whole number >= 1, got {value!r}")
+    if kind == "float" and not (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0):
+        raise ConfigError(f"{where}: expected a number of seconds > 0, got {value!r}")
+    if kind == "str" and not (isinstance(value, str) and value.strip()):
+        raise ConfigError(f"{where}: expected a non-empty string, got {value!r}")
+    if kind == "ints" and not (isinstance(value, list) and value and all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)):
+        raise ConfigError(f"{where}: expected a non-empty list of whole numbers >= 1, got {value!r}")
+    if kind == "strs" and not (isinstance(value, list) and all(isinstance(v, str) and v.strip() for v in value)):
+        raise ConfigError(f"{where}: expected a list of non-empty strings, got {value!r}")
+    if kind == "table" and not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a table ([{table}.{key}]), got {value!r}")
+    return value
+
+
+def _table(name: str, given: dict) -> dict:
+    known = _KEYS[name]
+    for key in given:
+        if key not in known:
+            raise ConfigError(f"{name}.{key}: not a setting of [{name}]{_suggest(key, known)}; "
+                              f"settings: {', '.join(known)}")
+    return {key: _check(name, key, kind, given[key]) if key in given else default
+            for key, (kind, default) in known.items()}
+
+
+def _one_of(where: str, values, allowed) -> None:
+    for v in values if isinstance(values, list) else [values]:
+        if v not in allowed:
+            raise ConfigError(f"{where}: {v!r} is not one of {', '.join(allowed)}{_suggest(str(v), allowed)}")
+
+
+def _check_experiments(tables: dict) -> None:
+    """Value checks beyond the type: names from the known sets, sizes that parse."""
+    if "processes" in tables:
+        t = tables["processes"]
+        if t["ranks"] is None:
+            raise ConfigError("processes.ranks: required, e.g. [1, 4, 8, 16, 25]")
+        _one_of("processes.methods", t["methods"], METHODS + ("staging",))
+        _one_of("processes.scaling", t["scaling"], ("weak", "strong"))
+    for name, key in (("threads", "method"), ("strategies", "method"), ("order", "method"), ("layout", "method")):
+        if name in tables:
+            _one_of(f"{name}.{key}", tables[name][key], METHODS)
+    if "stability" in tables:
+        _one_of("stability.methods", tables["stability"]["methods"], METHODS)
+    if "strategies" in tables:
+        _one_of("strategies.strategies", tables["strategies"]["strategies"], STRATEGIES)
+    if "order" in tables:
+        _one_of("order.orders", tables["order"]["orders"], ("sequential", "random"))
+        _one_of("order.strategy", tables["order"]["strategy"], STRATEGIES)
+    if "layout" in tables:
+        _one_of("layout.access", tables["layout"]["access"], ("sequential", "parallel"))
+    if "libraries" in tables:
+        t = tables["libraries"]
+        _one_of("libraries.libraries", t["libraries"], LIBRARIES)
+        _one_of("libraries.cache", t["cache"], ("fresh", "cached"))
+        for text in t["chunk_bytes"] + ([t["bytes"]] if t["bytes"] else []):
+            try:
+                parse_bytes(text)
+            except (ValueError, ConfigError):
+                raise ConfigError(f"libraries: {text!r} is not a byte count (e.g. 1GiB, 16MiB)") from None
+
+
+def parse_config(text: str, name: str = "study config") -> StudyConfig:
+    """Parse and check a study TOML document; ConfigError naming the table and key at fault."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{name}: not valid TOML ({exc})") from None
+    allowed = ("study",) + EXPERIMENTS + ("links",)
+    for key in doc:
+        if key not in allowed:
+            raise ConfigError(f"{name}: [{key}] is not a study table{_suggest(key, allowed)}; tables: "
+                              f"{', '.join(allowed)}")
+    if "study" not in doc:
+        raise ConfigError(f"{name}: no [study] table (it names the source cube)")
+    study = _table("study", doc["study"])
+    embedded = _table("embedded", study.pop("embedded")) if study.get("embedded") is not None else None
+    if (study["source"] is None) == (embedded is None):
+        raise ConfigError("study.source: give the cube (s3://bucket/key) or a [study.embedded] table, exactly one")
+    if study["source"] is not None and not study["source"].startswith("s3://"):
+        raise ConfigError(f"study.source: {study['source']!r} is not s3://bucket/key (the study reads it by "
+                          "presigned URL and by the S3 API, so it needs the object's name)")
+    tables = {name: _table(name, doc[name]) for name in EXPERIMENTS if name in doc}
+    if not tables:
+        raise ConfigError(f"{name}: no experiment table; add at least one of {', '.join(EXPERIMENTS)}")
+    _check_experiments(tables)
+    links = _table("links", doc["links"]) if "links" in doc else None
+    if links:
+        _one_of("links.profiles", links["profiles"], LINK_PROFILES)
+        _one_of("links.experiments", links["experiments"], EXPERIMENTS)
+    return StudyConfig(study, embedded, tables, links, doc)
+
+
+def load_config(path: str) -> StudyConfig:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: cannot read it ({exc.strerror})") from None
+    return parse_config(text, path)
