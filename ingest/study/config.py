@@ -143,11 +143,11 @@ def _check_experiments(tables: dict) -> None:
         t = tables["libraries"]
         _one_of("libraries.libraries", t["libraries"], LIBRARIES)
         _one_of("libraries.cache", t["cache"], ("fresh", "cached"))
-        for text in t["chunk_bytes"] + ([t["bytes"]] if t["bytes"] else []):
-            try:
-                parse_bytes(text)
-            except (ValueError, ConfigError):
-                raise ConfigError(f"libraries: {text!r} is not a byte count (e.g. 1GiB, 16MiB)") from None
+        for text in t["chunk_bytes"]:
+            if parse_bytes(text, "libraries.chunk_bytes") < 1:
+                raise ConfigError(f"libraries.chunk_bytes: {text!r} is not a positive byte count")
+        if t["bytes"] is not None and parse_bytes(t["bytes"], "libraries.bytes") < 1:
+            raise ConfigError(f"libraries.bytes: {t['bytes']!r} is not a positive byte count")
 
 
 def parse_config(text: str, name: str = "study config") -> StudyConfig:

@@ -123,7 +123,7 @@ def _layout(cfg: StudyConfig, table: dict, grid: str) -> list[Cell]:
 def _libraries(table: dict) -> list[Cell]:
     cells = []
     for chunk in table["chunk_bytes"]:
-        chunk_bytes = parse_bytes(chunk)
+        chunk_bytes = parse_bytes(chunk, "libraries.chunk_bytes")
         for cache in table["cache"]:
             for lib in table["libraries"]:
                 cells.append(Cell(f"libraries/{lib}/{format_bytes(chunk_bytes).replace(' ', '')}/{cache}",

@@ -108,7 +108,7 @@ class Study:
     def argv(self, cell: Cell, report_path: str, stage_dir: str) -> list[str]:
         if cell.kind == "libraries":
             p = self.cfg.experiments["libraries"]
-            nbytes = parse_bytes(p["bytes"]) if p["bytes"] else self._box_bytes()
+            nbytes = parse_bytes(p["bytes"], "libraries.bytes") if p["bytes"] else self._box_bytes()
             nbytes = min(nbytes, self.cube["object_bytes"] - self.cube["data_offset"])
             return [sys.executable, "-m", "ingest.study.libraries", "--source", self.setting.source,
                     "--library", cell.params["library"], "--chunk-bytes", str(cell.params["chunk_bytes"]),
