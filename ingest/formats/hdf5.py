@@ -7,10 +7,7 @@ one `chunk_iter` pass. Everything is in numpy axis order. Never the ROS3 driver:
 """
 from __future__ import annotations
 
-import io
 import math
-import threading
-from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -18,12 +15,11 @@ import numpy as np
 
 from ingest.core.chunks import ChunkIndex, Filter
 from ingest.errors import IngestError, TransportError
+from ingest.formats.h5file import TransportFile
 from ingest.io.retry import RetryPolicy, read_with_retries, retry_call
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 SIGNATURE_OFFSETS = (0, 512, 1024, 2048)  # where is_hdf5 looks for a superblock
-BLOCK_BYTES = 64 << 10  # TransportFile cache block: 64 KiB
-MAX_BLOCKS = 256  # TransportFile LRU: 256 blocks = 16 MiB
 _NUMERIC_KINDS = "iuf"
 _LAYOUTS = {0: "compact", 1: "contiguous", 2: "chunked", 3: "virtual"}  # H5D_layout_t
 
@@ -52,91 +48,6 @@ def is_hdf5(transport, retry: RetryPolicy = RetryPolicy()) -> bool:
 def looks_like_hdf5(head: bytes) -> bool:
     """Does the object's first bytes (2056 or more, when it has them) hold an HDF5 signature?"""
     return any(head[o : o + len(HDF5_SIGNATURE)] == HDF5_SIGNATURE for o in SIGNATURE_OFFSETS)
-
-
-class TransportFile(io.RawIOBase):
-    """A read-only, seekable file object over a Transport, for `h5py.File(fileobj, "r")`.
-
-    HDF5 reads its metadata in many small pieces (8 bytes, a few hundred); each would be a
-    round trip, so reads go through an LRU cache of aligned blocks (block_bytes, default 64 KiB;
-    max_blocks, default 256) and the blocks one read lacks come in one request, retried per
-    `retry`. `requests` and `bytes_read` count what reached the transport.
-    """
-
-    def __init__(self, transport, *, block_bytes: int = BLOCK_BYTES, max_blocks: int = MAX_BLOCKS,
-                 retry: RetryPolicy = RetryPolicy()):
-        super().__init__()
-        if block_bytes < 1 or max_blocks < 1:
-            raise ValueError(f"block_bytes ({block_bytes} bytes) and max_blocks ({max_blocks}) must be >= 1")
-        self.transport = transport
-        self.block_bytes = block_bytes
-        self.max_blocks = max_blocks
-        self.retry = retry
-        self.size = transport.object_bytes
-        self.requests = 0
-        self.bytes_read = 0
-        self.error: Exception | None = None  # the last transport failure: h5py would hide it in its own
-        self._pos = 0
-        self._blocks: OrderedDict[int, bytes] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def readable(self) -> bool:
-        return True
-
-    seekable = readable
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
-        if base + offset < 0:
-            raise OSError(f"{self.transport.display_name}: seek to {base + offset} is before the start")
-        self._pos = base + offset
-        return self._pos
-
-    def readinto(self, buffer) -> int:
-        out = memoryview(buffer).cast("B")
-        start, stop = self._pos, min(self._pos + len(out), self.size)
-        if start >= stop:
-            return 0
-        bb = self.block_bytes
-        with self._lock:
-            blocks = range(start // bb, (stop - 1) // bb + 1)
-            missing = [b for b in blocks if b not in self._blocks]
-            if missing:  # one request from the first missing block to the last: a round trip costs more
-                try:  # than re-reading a cached block between them
-                    self._fetch(missing[0], missing[-1] + 1)
-                except Exception as exc:  # noqa: BLE001 - kept in self.error; the opener re-raises it
-                    # Never raise through HDF5's C stack, and keep no traceback: its frames hold
-                    # `buffer`, memory HDF5 frees, and releasing it at exit is a segfault. Zeros
-                    # make HDF5 fail as on a damaged file; the opener then raises `error`.
-                    self.error = exc.with_traceback(None)
-                    out[: stop - start] = bytes(stop - start)
-                    self._pos = stop
-                    return stop - start
-            for b in blocks:
-                self._blocks.move_to_end(b)
-                lo, hi = max(start, b * bb), min(stop, (b + 1) * bb)
-                out[lo - start : hi - start] = self._blocks[b][lo - b * bb : hi - b * bb]
-            while len(self._blocks) > max(self.max_blocks, len(blocks)):
-                self._blocks.popitem(last=False)
-        self._pos = stop
-        return stop - start
-
-    def _fetch(self, first: int, stop: int) -> None:
-        """Read blocks [first, stop) with one request (retried) into the cache."""
-        lo, hi = first * self.block_bytes, min(self.size, stop * self.block_bytes)
-        buf = bytearray(hi - lo)
-        try:
-            read_with_retries(self.transport, memoryview(buf), lo, self.retry, lambda *fault: None)
-        except Exception as exc:
-            self.error = exc
-            raise
-        self.requests += 1
-        self.bytes_read += hi - lo
-        for b in range(first, stop):
-            self._blocks[b] = bytes(buf[(b - first) * self.block_bytes : (b - first + 1) * self.block_bytes])
 
 
 @dataclass(frozen=True)
@@ -209,6 +120,7 @@ def _opened(transport, retry: RetryPolicy):
                                   f"or 512 * 2**k below {len(head)}; {fileobj.size} bytes)")
         fileobj.seek(0)
         with h5py.File(fileobj, "r") as f:
+            fileobj.offset_bytes = f.id.get_create_plist().get_sizes()[0]  # turns on chunk-index readahead
             yield f, fileobj
             if fileobj.error is not None:  # a read failed under h5py: what it returned is not the file
                 raise fileobj.error
