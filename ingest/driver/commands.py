@@ -15,6 +15,7 @@ from ingest.driver.job import Job, prepare_job
 from ingest.driver.read import read_rank_regions
 from ingest.driver.mpi import all_agree_or_raise, ranks_per_node, root_step, run_or_abort, world
 from ingest.errors import ConfigError
+from ingest.io.stage_tools import check_stage_with
 
 
 @dataclass
@@ -87,6 +88,8 @@ def run(comm, cfg: RunConfig) -> RankResult:
     from ingest.outputs import report as reports
 
     rank = comm.Get_rank()
+    if cfg.compare == "staging":
+        root_step(comm, check_stage_with, cfg.stage_with, cfg.source)  # before the direct read, not after
     job = root_step(comm, prepare_job, cfg, comm.Get_size(), ranks_per_node(comm), cfg.compare == "staging")
     if rank == 0:
         print(f"ingest: {job.layout.source}: shape {job.layout.shape} {job.layout.raw_dtype.str}, "
@@ -148,6 +151,7 @@ def stage(comm, cfg: RunConfig) -> dict | None:
 
     if not cfg.stage_dir:
         raise ConfigError("stage_dir: required for `stage` (a directory on the shared filesystem)")
+    root_step(comm, check_stage_with, cfg.stage_with, cfg.source)  # a bad tool fails before any data moves
     job = root_step(comm, prepare_job, cfg, comm.Get_size(), ranks_per_node(comm), True)
     result = measure_staging(comm, cfg, job)
     if comm.Get_rank() != 0:

@@ -9,6 +9,10 @@ No MPI here: the driver decides who calls what, in this order:
     every rank: download_part(part=rank, n_parts=size)      (then barrier)
     rank 0:     finalize   (or abort, if any rank failed)
 
+With another tool (`stage_with`: s5cmd, rclone, a command template) rank 0 alone runs it:
+
+    rank 0:     check_space -> new_temp_path -> download_with_tool -> finalize
+
 A staged file is complete or absent: bytes land in a temporary file next to the final one,
 which becomes the final name only after an fsync, by an atomic rename.
 """
@@ -112,10 +116,7 @@ def prepare(stage_dir: str, final_path: str, object_bytes: int) -> str:
 
     Creates the directory if needed.
     """
-    directory = os.path.dirname(final_path) or stage_dir
-    os.makedirs(directory, exist_ok=True)
-    # Unique, hidden, and in the same directory: the final rename must not cross filesystems.
-    tmp_path = os.path.join(directory, f".{os.path.basename(final_path)}.{uuid.uuid4().hex[:12]}{TMP_SUFFIX}")
+    tmp_path = new_temp_path(stage_dir, final_path)
     fd = os.open(tmp_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         os.ftruncate(fd, object_bytes)
@@ -126,6 +127,63 @@ def prepare(stage_dir: str, final_path: str, object_bytes: int) -> str:
         raise
     os.close(fd)
     return tmp_path
+
+
+def new_temp_path(stage_dir: str, final_path: str) -> str:
+    """A fresh temporary name next to final_path (the file is not created); creates the directory.
+
+    A copy tool gets a name rather than a pre-sized file: s5cmd (and rclone) write their own
+    temporary in the destination's directory and rename it onto the destination, and an empty
+    pre-sized file would pass the size check even if a tool exited 0 without writing anything.
+    """
+    directory = os.path.dirname(final_path) or stage_dir
+    os.makedirs(directory, exist_ok=True)
+    # Unique, hidden, and in the same directory: the final rename must not cross filesystems.
+    return os.path.join(directory, f".{os.path.basename(final_path)}.{uuid.uuid4().hex[:12]}{TMP_SUFFIX}")
+
+
+def download_with_tool(command, tmp_path: str, object_bytes: int, source_shown: str) -> None:
+    """Run a copy tool (a stage_tools.StageCommand) that writes tmp_path, check that it wrote the
+    whole object, and make the bytes durable. On any failure nothing is left behind.
+
+    The fsync is part of the copy, as in download_part: ingest's own download is timed up to
+    its fsync, so a tool that leaves dirty pages behind must not look faster for it.
+    """
+    from ingest.io.stage_tools import run_tool
+
+    try:
+        run_tool(command, source_shown)
+        try:
+            size_bytes = os.stat(tmp_path).st_size
+        except FileNotFoundError:
+            raise IngestError(f"stage_with: {command.name} exited 0 but wrote no file at {tmp_path} "
+                              f"(command: {command.shown()})") from None
+        if size_bytes != object_bytes:
+            raise IngestError(f"stage_with: {command.name} wrote {size_bytes} bytes to {tmp_path}, but "
+                              f"{source_shown} has {object_bytes} bytes; the copy was removed")
+        fd = os.open(tmp_path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        abort_tool(tmp_path)
+        raise
+
+
+def abort_tool(tmp_path: str) -> None:
+    """Remove tmp_path and any temporary a tool made beside it: s5cmd names its own temporary
+    after the destination plus a random suffix, rclone adds .partial; the destination's name is
+    unique (new_temp_path), so its prefix matches nothing else."""
+    directory = os.path.dirname(tmp_path) or "."
+    prefix = os.path.basename(tmp_path)
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return
+    for name in names:
+        if name.startswith(prefix):
+            abort(os.path.join(directory, name))
 
 
 def _reserve_blocks(fd: int, nbytes: int, path: str) -> None:

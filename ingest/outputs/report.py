@@ -31,6 +31,9 @@ MODES = ("direct", "staging", "prestage")
 CUBE_KEYS = ("source", "hdu", "shape", "dtype", "bitpix", "data_offset", "object_bytes")
 GRID_KEYS = ("grid_fits", "reason", "halo")
 BASELINE_KEYS = ("stage_s", "read_makespan_s", "total_s", "from", "read_ranks")
+# stage_tool ({"name", "version"}: what made the staged copy) is absent from reports written
+# before it existed, so it is kept only when known and every reader takes it as optional.
+OPTIONAL_BASELINE_KEYS = ("stage_tool",)
 _SUM_KEYS = ("bytes_needed", "bytes_wire", "requests", "retries")
 FULL_TABLE_MAX_RANKS = 64  # beyond this the table shows the first/last EDGE_ROWS and extremes
 EDGE_ROWS = 10
@@ -125,12 +128,24 @@ def cube_from_layout(layout) -> dict:
     return cube
 
 
-def staging_baseline(stage_s: float, read_aggregate: dict, source: str) -> dict:
+def staging_baseline(stage_s: float, read_aggregate: dict, source: str, stage_tool: dict | None = None) -> dict:
     """Baseline block: time to stage the cube plus the ranks' read makespan from the staged copy.
-    `source` says where the numbers come from (this job, or an earlier report's path)."""
+    `source` says where the numbers come from (this job, or an earlier report's path);
+    `stage_tool` what made the copy, {"name": "s5cmd", "version": "v2.3.0"} (None: not known)."""
     read_s = read_aggregate["makespan_s"]
-    return {"stage_s": stage_s, "read_makespan_s": read_s, "total_s": stage_s + read_s, "from": source,
-            "read_ranks": read_aggregate.get("ranks")}  # a baseline from another rank count says so
+    block = {"stage_s": stage_s, "read_makespan_s": read_s, "total_s": stage_s + read_s, "from": source,
+             "read_ranks": read_aggregate.get("ranks")}  # a baseline from another rank count says so
+    if stage_tool:
+        block["stage_tool"] = dict(stage_tool)
+    return block
+
+
+def stage_tool_text(tool) -> str | None:
+    """'s5cmd v2.3.0' for a baseline's stage_tool; None when the report does not say."""
+    if not isinstance(tool, dict) or not tool.get("name"):
+        return None
+    version = tool.get("version")
+    return f"{tool['name']} {version}" if version and version != "unknown" else f"{tool['name']} (version unknown)"
 
 
 def build_report(*, config, cube: dict, grid: dict, ranks: list, mode: str = "direct",
@@ -168,7 +183,8 @@ def build_report(*, config, cube: dict, grid: dict, ranks: list, mode: str = "di
         report["regions"] = sorted(regions, key=lambda r: r["index"])
         report["region_counts"] = region_counts(report["regions"])
     if baseline is not None:
-        report["baseline"] = {k: baseline.get(k) for k in BASELINE_KEYS}
+        report["baseline"] = {**{k: baseline.get(k) for k in BASELINE_KEYS},
+                              **{k: baseline[k] for k in OPTIONAL_BASELINE_KEYS if baseline.get(k) is not None}}
         if mode in ("direct", "prestage"):
             total_s = baseline.get("total_s")
             report["speedup"] = total_s / agg["makespan_s"] if total_s and agg["makespan_s"] > 0 else None
@@ -344,7 +360,8 @@ def _grid_text(grid_fits) -> str:
 
 def _baseline_block(base: dict, agg: dict, mode: str, speedup) -> list[str]:
     stage_s, read_s, total_s = (base.get(k) for k in ("stage_s", "read_makespan_s", "total_s"))
-    lines = [f"staging baseline (from {base.get('from')}):"]
+    tool = stage_tool_text(base.get("stage_tool"))
+    lines = [f"staging baseline (from {base.get('from')}" + (f"; staged with {tool}):" if tool else "):")]
     if mode == "staging":
         return lines + [f"  stage {_num(stage_s, '.3f')} s + read {_num(read_s, '.3f')} s = total {_num(total_s, '.3f')} s"]
     rows = [("", "staging", mode),
