@@ -111,3 +111,17 @@ def test_launcher_srun_inside_an_allocation_else_mpiexec(monkeypatch, tmp_path):
     assert launcher_argv("srun -n {ranks} -N {ranks}", 3) == ["srun", "-n", "3", "-N", "3"]
     with pytest.raises(ConfigError, match=r"study.launcher: 'srun -n 4' has no \{ranks\}"):
         launcher_template("srun -n 4")
+
+
+def test_shipped_configs_are_valid():
+    import os
+
+    from ingest.study.config import load_config
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    acacia = load_config(os.path.join(root, "configs", "study-acacia.toml"))
+    assert acacia.experiments["processes"]["ranks"] == [1, 4, 8, 16, 25] and acacia.study["boxes"] == 25
+    local = load_config(os.path.join(root, "configs", "study-local.toml"))
+    assert local.embedded["bitpix"] == -32 and set(local.experiments) == {
+        "processes", "threads", "strategies", "libraries", "order", "layout", "stability"}
+    with pytest.raises(ConfigError, match=r"study.embedded.bitpix: expected a FITS BITPIX"):
+        parse_config('[study]\n[study.embedded]\nbitpix = 12\n[threads]\n')

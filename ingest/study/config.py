@@ -38,7 +38,7 @@ _KEYS: dict[str, dict[str, tuple]] = {
               "launcher": ("str", "auto"), "run_timeout_s": ("float", 1800.0), "threads": ("int", 4),
               "boxes": ("int", None), "grid": ("str", "auto"), "stage_dir": ("str", None),
               "run_args": ("strs", []), "embedded": ("table", None)},
-    "embedded": {"shape": ("str", "256x256x64"), "bitpix": ("int", -32), "bucket": ("str", "study"),
+    "study.embedded": {"shape": ("str", "256x256x64"), "bitpix": ("bitpix", -32), "bucket": ("str", "study"),
                  "key": ("str", "cube.fits")},
     "processes": {"ranks": ("ints", None), "methods": ("strs", ["presigned", "s3", "staging"]),
                   "scaling": ("str", "weak"), "stage_with": ("strs", ["auto"]), "threads": ("int", None),
@@ -46,7 +46,7 @@ _KEYS: dict[str, dict[str, tuple]] = {
     "threads": {"threads": ("ints", [1, 2, 4, 8, 16]), "method": ("str", "presigned"), "repeats": ("int", None)},
     "strategies": {"strategies": ("strs", list(STRATEGIES)), "method": ("str", "presigned"),
                    "repeats": ("int", None)},
-    "libraries": {"libraries": ("strs", list(LIBRARIES)), "chunk_bytes": ("strs", ["1GiB", "1.9GiB"]),
+    "libraries": {"libraries": ("strs", list(LIBRARIES)), "chunk_bytes": ("strs", ["1GiB", "1945MiB"]),
                   "bytes": ("str", None), "cache": ("strs", ["fresh", "cached"]), "repeats": ("int", None)},
     "order": {"orders": ("strs", ["sequential", "random"]), "method": ("str", "presigned"),
               "strategy": ("str", "small"), "repeats": ("int", None)},
@@ -89,6 +89,8 @@ def _check(table: str, key: str, kind: str, value):
     where = f"{table}.{key}"
     if kind == "int" and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
         raise ConfigError(f"{where}: expected a whole number >= 1, got {value!r}")
+    if kind == "bitpix" and value not in (8, 16, 32, 64, -32, -64):
+        raise ConfigError(f"{where}: expected a FITS BITPIX (8, 16, 32, 64, -32 or -64), got {value!r}")
     if kind == "float" and not (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0):
         raise ConfigError(f"{where}: expected a number of seconds > 0, got {value!r}")
     if kind == "str" and not (isinstance(value, str) and value.strip()):
@@ -164,7 +166,7 @@ def parse_config(text: str, name: str = "study config") -> StudyConfig:
     if "study" not in doc:
         raise ConfigError(f"{name}: no [study] table (it names the source cube)")
     study = _table("study", doc["study"])
-    embedded = _table("embedded", study.pop("embedded")) if study.get("embedded") is not None else None
+    embedded = _table("study.embedded", study.pop("embedded")) if study.get("embedded") is not None else None
     if (study["source"] is None) == (embedded is None):
         raise ConfigError("study.source: give the cube (s3://bucket/key) or a [study.embedded] table, exactly one")
     if study["source"] is not None and not study["source"].startswith("s3://"):
