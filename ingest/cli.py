@@ -22,6 +22,7 @@ COMMANDS = {
     "report": "ingest.outputs.report",
     "soak": "ingest.tools.soak",
     "study": "ingest.study.runner",
+    "study-report": "ingest.study.report",
     "synth": "ingest.tools.synth",
     "upload": "ingest.tools.upload",
     "presign": "ingest.io.presign",

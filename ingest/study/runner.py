@@ -95,10 +95,11 @@ class Study:
                               "use another --out, or --fresh to start it again")
 
     def write_meta(self) -> None:
-        versions = {tool: _tool_version(tool) for tool in self.stage_tools}
+        from ingest.io.stage_tools import tool_version
+
         for key, value in (("config", self.cfg.raw), ("cube", self.cube), ("launcher", self.launcher),
                            ("boxes", {"count": self.boxes, "grid": self.grid}), ("host", socket.gethostname()),
-                           ("staging_tools", [{"name": t, "version": v} for t, v in versions.items()]),
+                           ("staging_tools", [{**tool_version(t), "stage_with": t} for t in self.stage_tools]),
                            ("links", sorted(self.setting.links) or ["loopback"])):
             db.set_meta(self.conn, key, value)
         if db.get_meta(self.conn, "started_utc") is None:
@@ -235,14 +236,6 @@ class Study:
             return 130
         db.set_meta(self.conn, "finished_utc", _utc_now())
         return 1 if failed else 0
-
-
-def _tool_version(tool: str) -> str:
-    try:
-        from ingest.io.stage_tools import tool_version
-    except ImportError:  # an older checkout without external staging tools
-        return "ingest" if tool == "ingest" else "unknown"
-    return tool_version(tool)
 
 
 def progress_line(done: int, total: int, elapsed_s: float, name: str, repeat: int, row: dict) -> str:
