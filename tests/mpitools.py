@@ -6,11 +6,29 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 
 import numpy as np
 from astropy.io import fits
 
+from ingest.tools.synth import write_cube
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def upload_fits_cube(s3_server, directory, bucket, shape, bitpix=16) -> dict:
+    """Write a pseudo-unsigned FITS cube, upload it to its own bucket, return its path, URL and data.
+
+    Each test module passes its own bucket name: module-scoped fixtures of two modules share one
+    server in a session, and a bucket cannot be created twice."""
+    path = directory / "cube.fits"
+    write_cube(path, shape, bitpix, bzero=32768, bscale=1)  # pseudo-unsigned: scaling must survive
+    s3_server.make_bucket(bucket)
+    s3_server.client().upload_file(str(path), bucket, "survey/cube.fits")
+    with warnings.catch_warnings(), fits.open(path) as f:
+        warnings.simplefilter("ignore")
+        data = np.array(f[0].data)
+    return {"path": str(path), "s3": f"s3://{bucket}/survey/cube.fits", "data": data}
 
 
 def child_env(s3_server=None, **extra) -> dict:

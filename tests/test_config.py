@@ -67,17 +67,21 @@ def test_cli_parser_round_trip(tmp_path):
 
 
 def test_every_field_has_an_option_and_help():
-    """Every field is an option of `prestage` (which takes them all) and has help; `run` and
-    `stage` offer all but the pre-stage ones."""
+    """Every field has help and is an option of exactly the commands its metadata names (a config
+    file may set any field): the pre-stage ones only on `prestage`, `--stage-with` on `run` and
+    `stage`, where a whole-file copy is made."""
     dests = {}
     for command in ("run", "stage", "prestage"):
         parser = argparse.ArgumentParser()
         add_run_arguments(parser, command)
         dests[command] = {a.dest for a in parser._actions}
     for f in dataclasses.fields(RunConfig):
-        assert f.name in dests["prestage"]
-        assert f.metadata["help"]
-        assert (f.name in dests["run"]) == ("prestage" not in f.metadata["help"].split(":")[0])
+        assert f.metadata["help"], f.name
+        assert f.metadata["commands"], f.name
+        for command, offered in dests.items():
+            assert (f.name in offered) == (command in f.metadata["commands"]), (f.name, command)
+    assert "stage_with" in dests["stage"] and "stage_with" not in dests["prestage"]
+    assert "companions" in dests["prestage"] and "companions" not in dests["run"]
 
 
 def test_prestage_options_validate():

@@ -3,14 +3,12 @@ import json
 import os
 import subprocess
 import sys
-import warnings
 
 import numpy as np
 import pytest
-from astropy.io import fits
 
 from ingest.tools.synth import write_cube
-from tests.mpitools import ROOT, child_env, mpiexec, reassemble
+from tests.mpitools import ROOT, child_env, mpiexec, reassemble, upload_fits_cube
 
 SHAPE = (24, 40, 36)  # numpy order (z, y, x)
 N_RANKS = 4
@@ -18,14 +16,7 @@ N_RANKS = 4
 
 @pytest.fixture(scope="module")
 def cube(s3_server, tmp_path_factory):
-    path = tmp_path_factory.mktemp("mpi") / "cube.fits"
-    write_cube(path, SHAPE, 16, bzero=32768, bscale=1)  # pseudo-unsigned: scaling must survive
-    bucket = s3_server.make_bucket("mpi-cubes")
-    s3_server.client().upload_file(str(path), bucket, "survey/cube.fits")
-    with warnings.catch_warnings(), fits.open(path) as f:
-        warnings.simplefilter("ignore")
-        data = np.array(f[0].data)
-    return {"path": str(path), "s3": f"s3://{bucket}/survey/cube.fits", "data": data}
+    return upload_fits_cube(s3_server, tmp_path_factory.mktemp("mpi"), "mpi-cubes", SHAPE)
 
 
 @pytest.mark.parametrize("method", ["presigned", "s3", "posix"])

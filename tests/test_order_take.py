@@ -9,8 +9,13 @@ from hypothesis import given, strategies as st
 from ingest.core.regions import take_first
 from ingest.errors import ConfigError
 from ingest.io.executor import request_order
-from tests.mpitools import child_env, mpiexec, reassemble
-from tests.test_mpi_run import SHAPE, cube  # noqa: F401 - the module's cube fixture
+from tests.mpitools import child_env, mpiexec, reassemble, upload_fits_cube
+from tests.test_mpi_run import SHAPE
+
+
+@pytest.fixture(scope="module")
+def cube(s3_server, tmp_path_factory):
+    return upload_fits_cube(s3_server, tmp_path_factory.mktemp("order"), "order-cubes", SHAPE)
 
 
 @given(st.integers(0, 500), st.sampled_from(["sequential", "random"]))
@@ -38,7 +43,7 @@ def test_take_more_than_the_split_names_the_field():
 
 
 @pytest.mark.parametrize("order", ["sequential", "random"])
-def test_weak_scaling_run_reads_first_p_of_b_boxes_in_either_order(cube, s3_server, tmp_path, order):  # noqa: F811
+def test_weak_scaling_run_reads_first_p_of_b_boxes_in_either_order(cube, s3_server, tmp_path, order):
     out_dir, report_path = tmp_path / "out", tmp_path / "report.json"
     proc, _ = mpiexec(2, ["run", "--source", cube["s3"], "--grid", "1x2x2", "--take-regions", "2", "--order", order,
                           "--strategy", "small", "--threads", "2", "--output-dir", str(out_dir),
@@ -55,7 +60,7 @@ def test_weak_scaling_run_reads_first_p_of_b_boxes_in_either_order(cube, s3_serv
     assert report["aggregate"]["requests"] > 2
 
 
-def test_take_regions_beyond_the_split_is_refused(cube, s3_server, tmp_path):  # noqa: F811
+def test_take_regions_beyond_the_split_is_refused(cube, s3_server, tmp_path):
     proc, _ = mpiexec(2, ["run", "--source", cube["s3"], "--grid", "1x2x1", "--take-regions", "3",
                           "--report", str(tmp_path / "r.json"), "--no-progress"], child_env(s3_server))
     assert proc.returncode != 0 and "take_regions: 3 is not in 1..2" in proc.stderr
