@@ -22,7 +22,6 @@ if __package__ in (None, ""):  # run as a file: make `bench` importable
 
 import numpy as np
 
-import ingest
 from bench import common, links, reads
 from ingest.units import KiB, MiB
 

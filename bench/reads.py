@@ -12,7 +12,6 @@ import numpy as np
 
 from bench.common import Cube
 from ingest.api import plan_read, read_selection
-from ingest.formats.reader import read_layout
 from ingest.core.region import normalize
 from ingest.io.transports import open_transport
 

@@ -25,6 +25,7 @@ COMMANDS = {
     "study-report": "ingest.study.report",
     "synth": "ingest.tools.synth",
     "upload": "ingest.tools.upload",
+    "tile": "ingest.tools.tile",
     "presign": "ingest.io.presign",
 }
 

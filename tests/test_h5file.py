@@ -6,7 +6,7 @@ import time
 
 import h5py
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
 
 from ingest.formats.h5file import BTREE_SIGNATURE, TransportFile, btree_children
 from ingest.formats.hdf5 import read_hdf5_layout

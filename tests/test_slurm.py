@@ -119,3 +119,38 @@ def test_prestage_sofia_sbatch_hands_every_region_to_sofia(slurm, s3_server, tmp
     assert_every_region_checked(out_dir)
     assert output.count("sofia_checker: OK") == 12, output
     assert "regions: 12 (12 read)" in output
+
+
+@pytest.mark.slurm
+def test_study_sbatch_runs_the_local_study_as_srun_steps(slurm, tmp_path):
+    """jobs/study.sbatch with configs/study-local.toml: the study (its own local S3 server and
+    cube) runs every cell as an srun step of the one allocation and ends with STUDY.md."""
+    from ingest.study import db
+    from ingest.study.config import load_config
+    from ingest.study.matrix import build_cells, default_boxes, schedule
+    from ingest.study.setting import staging_tools
+
+    config, out = REPO / "configs" / "study-local.toml", tmp_path / "study"
+    env = {**slurm.env, "STUDY_CONFIG": str(config), "STUDY_OUT": str(out), "PYTHONPATH": str(REPO)}
+    env = {k: v for k, v in env.items() if not k.startswith("AWS_")}  # the study starts its own store
+    out_file = tmp_path / "job.out"
+    submitted = slurm.run(["sbatch", "--wait", "--ntasks", str(N_TASKS), "--nodes", "1", "--ntasks-per-node", str(N_TASKS),
+                           "--chdir", str(REPO),
+                           "--time", "15", "--output", str(out_file), str(REPO / "jobs" / "study.sbatch")],
+                          "sbatch study", env=env, budget_s=900)
+    output = _tail(out_file, 6000)
+    assert submitted.returncode == 0, f"job failed: {submitted.stderr}\njob output:\n{output}\n{slurm.logs()}"
+    rows, meta = db.load(str(out / db.DB_NAME))
+    cfg = load_config(str(config))
+    cells = build_cells(cfg, grid="x", boxes=default_boxes(cfg), stage_tools=staging_tools(["auto"]))
+    assert {(r["cell"], r["repeat"]) for r in rows} == {(c.name, rep) for _, c, rep in schedule(cells)}
+    assert all(r["status"] == "ok" for r in rows), [(r["cell"], r["stderr_head"]) for r in rows if r["status"] != "ok"]
+    assert meta["launcher"].startswith("srun")
+    launched = [r for r in rows if r["experiment"] != "libraries"]
+    assert all(r["command"].startswith("srun --ntasks=") for r in launched)
+    assert {r["ranks"] for r in launched} == {1, 2, 4}
+    study_md = (out / "STUDY.md").read_text()
+    recommendation = study_md.split("## Recommendation", 1)[1].split("\n## ", 1)[0]
+    assert "presigned" in recommendation or "S3 API" in recommendation
+    figures = sorted((out / "figures").glob("*.png"))
+    assert len(figures) == 5 and all(f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for f in figures)

@@ -146,7 +146,6 @@ def publish_report(cfg: RunConfig, report: dict) -> None:
 def stage(comm, cfg: RunConfig) -> dict | None:
     """The staging baseline alone (seed 001 s2-4): copy the object to stage_dir, then every rank
     reads its box from the copy. Returns the report on rank 0."""
-    from ingest.outputs import report as reports
     from ingest.driver.staging import measure_staging
 
     if not cfg.stage_dir:

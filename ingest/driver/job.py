@@ -38,6 +38,18 @@ class Settings:
 
 
 @dataclass(frozen=True)
+class RegionSource:
+    """A region stored as its own object (a tile of a tiled source): read whole, checked against
+    its index."""
+
+    source: str  # path, s3:// URI or (presigned) URL of the tile
+    size_bytes: int  # the object's size, from the index: no HEAD per tile
+    crc32: int  # of its data bytes as stored
+    signer_args: tuple | None = None  # (bucket, key, expires_s, endpoint) when ranks may re-sign its URL
+    index_name: str = ""  # the index it came from, for messages
+
+
+@dataclass(frozen=True)
 class Job:
     """What rank 0 decides once and broadcasts to every rank."""
 
@@ -52,6 +64,7 @@ class Job:
     settings: Settings
     signer_args: tuple | None = None  # (bucket, key, expires_s, endpoint) when ranks may re-sign
     estimate_s: float = 0.0  # the cost model's prediction for the slowest rank
+    region_sources: tuple | None = None  # per region its own object (a tiled source), else None: read_source
 
 
 def transport_options(cfg: RunConfig) -> dict:
@@ -172,17 +185,26 @@ def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1, staging: 
     settings = _configured(cfg)
     # Sized for the probe's latency round, which reads on LATENCY_THREADS connections at once.
     with open_transport(read_source, method, threads=LATENCY_THREADS, **transport_options(cfg)) as transport:
-        layout, header = read_any_layout_timed(transport, hdu=cfg.hdu, dataset=cfg.dataset, retry=retry_policy(cfg))
+        layout, header = read_any_layout_timed(transport, hdu=cfg.hdu, dataset=cfg.dataset, retry=retry_policy(cfg),
+                                               tiles=True)
         info = transport.info
-        if staging:
+        tiled = layout.kind == "tiles"
+        if staging and not tiled:
             from ingest.io.stage import check_space
 
             check_space(cfg.stage_dir, info.object_bytes)
-        if cfg.strategy == "auto" and worth_probing(layout):
+        if not tiled and cfg.strategy == "auto" and worth_probing(layout):
             # The grid depends on the link too, so tune for the largest region a first split gives.
             _, _, regions = decompose_job(cfg, settings, layout, n_ranks)
             largest = max(regions, key=lambda box: box_bytes(box, layout.itemsize))
             settings = _tuned(cfg, settings, transport, layout, largest, ranks_per_node, header)
+    if tiled:
+        if staging or not rank_outputs:
+            raise ConfigError(f"source: {transport.display_name} is a tile index ({len(layout.tiles)} objects); "
+                              f"`run` reads it, while staging and prestage copy one object: give them the cube "
+                              f"it was tiled from ({layout.source})")
+        return _tiled_job(cfg, layout, transport.display_name, read_source, method, info, signer_args, settings,
+                          n_ranks)
     grid_fits, reason, regions = decompose_job(cfg, settings, layout, n_ranks)
     assignment = assign(regions, layout.itemsize, n_ranks)
     estimate_s = _predicted_makespan_s(cfg, settings, layout, regions, assignment)
@@ -195,3 +217,57 @@ def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1, staging: 
                                           for r, mine in enumerate(assignment) for i in mine])
     return Job(read_source, method, layout, info, grid_fits, reason, regions, assignment, settings, signer_args,
                estimate_s)
+
+
+def _tiled_job(cfg: RunConfig, index, index_name: str, read_source: str, method: str, info: ObjectInfo,
+               signer_args, settings: Settings, n_ranks: int) -> Job:
+    """Rank 0, for a tile index: the regions ARE the tiles (the first take_regions of them), each
+    read whole from its own object. Tile 0's header stands for the cube's (report, scaling,
+    cut-outs). No probe: a tile is read whole, so there is no gap or strategy to tune."""
+    from ingest.core.tiles import check_run_config, expected_tile, tile_estimate_s, whole_cube_layout
+    from ingest.driver.source import resolve_tile_sources
+    from ingest.formats.reader import read_any_layout
+
+    check_run_config(index, index_name, grid=cfg.grid, halo=cfg.halo, region=cfg.region,
+                     region_shape=cfg.region_shape, hdu=cfg.hdu, dataset=cfg.dataset)
+    tiles = index.tiles if cfg.take_regions is None else take_first(index.tiles, cfg.take_regions)
+    located = resolve_tile_sources(cfg, [t.key for t in tiles])
+    with open_tile(located[0][0], method, tiles[0].size_bytes, index_name, threads=1,
+                   **transport_options(cfg)) as transport:
+        first = read_any_layout(transport, dataset=index.dataset, retry=retry_policy(cfg))
+        expected_tile(tiles[0].box, transport.display_name, first.shape, first.raw_dtype, index.dtype)
+    layout = whole_cube_layout(first, index, index_name)
+    regions = tuple(t.box for t in tiles)
+    assignment = assign(regions, layout.itemsize, n_ranks)
+    estimate_s = max((sum(tile_estimate_s(tiles[i], settings.cost, settings.threads, settings.chunk_bytes)
+                          for i in mine) for mine in assignment), default=0.0)
+    if method == "presigned":
+        read_source = ensure_lifetime(read_source, signer_args, 2 * estimate_s + 60.0, cfg)
+        located = tuple((ensure_lifetime(url, args, 2 * estimate_s + 60.0, cfg), args) for url, args in located)
+    sources = tuple(RegionSource(src, t.size_bytes, t.crc32, args, index_name)
+                    for (src, args), t in zip(located, tiles))
+    reason = (f"{len(index.tiles)} tiles of grid {format_grid(index.grid_fits)} as tiled, each read whole as its "
+              f"own object" + (f"; the first {len(tiles)} of them" if cfg.take_regions is not None else ""))
+    if cfg.output_dir:
+        from ingest.outputs.subcubes import check_output_dir, output_ext, output_name
+
+        check_output_dir(cfg.output_dir, [output_name(r, regions[i], output_ext(layout))
+                                          for r, mine in enumerate(assignment) for i in mine])
+    return Job(read_source, method, layout, info, index.grid_fits, reason, regions, assignment, settings, signer_args,
+               estimate_s, sources)
+
+
+def open_tile(source: str, method: str, size_bytes: int, index_name: str, **options) -> Transport:
+    """A tile's transport. Over a network the index's size stands for a HEAD (one request less
+    per tile; a wrong size shows as a short read, and changed data by its CRC); a local file is
+    stat'ed, which is free, and checked against the index."""
+    from ingest.core.tiles import TileIndexError
+
+    transport = open_transport(source, method, **options)
+    if method != "posix":
+        transport.adopt(ObjectInfo(size_bytes))
+    elif transport.object_bytes != size_bytes:
+        transport.close()
+        raise TileIndexError(f"{transport.display_name}: is {transport.object_bytes:,} bytes but {index_name} "
+                             f"says {size_bytes:,}; the tile or the index is stale")
+    return transport

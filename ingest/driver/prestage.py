@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from ingest.config import RunConfig
-from ingest.driver.job import Job, assign, box_bytes, plan_box, prepare_job, retry_policy, transport_options
+from ingest.driver.job import Job, assign, plan_box, prepare_job, retry_policy, transport_options
 from ingest.driver.mpi import all_agree_or_raise, ranks_per_node, root_step
 from ingest.driver.read import read_rank_regions
 from ingest.driver.source import ensure_lifetime, resolve_source

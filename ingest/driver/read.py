@@ -12,10 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ingest.api import execute_plan, read_selection
+from ingest.api import execute_plan, plan_read, read_selection
 from ingest.config import RunConfig
-from ingest.driver.job import Job, plan_box, retry_policy, transport_options
+from ingest.driver.job import Job, box_bytes, open_tile, plan_box, retry_policy, transport_options
 from ingest.driver.mpi import all_agree_or_raise
+from ingest.errors import ConfigError, ExpiredURLError
+from ingest.formats.fits import BLOCK_BYTES
 from ingest.io.executor import ReadStats
 from ingest.io.transports import open_transport
 
@@ -87,6 +89,11 @@ def read_rank_regions(comm, cfg: RunConfig, job: Job, source: str, method: str, 
     raised on all ranks together."""
     from mpi4py import MPI
 
+    if job.region_sources is not None:
+        if destination is not None:
+            raise ConfigError("source: a tiled source is read into arrays by `run`; it cannot be written into "
+                              "pre-staged files")
+        return _read_rank_tiles(comm, cfg, job, label, on_region)
     rank, size = comm.Get_rank(), comm.Get_size()
     mine = job.assignment[rank]
     error = transport = None
@@ -140,3 +147,86 @@ def read_rank_regions(comm, cfg: RunConfig, job: Job, source: str, method: str, 
     record = rank_record(rank, [r.record for r in done], elapsed_s, plan_s,
                          [plan.describe(job.settings.cost, job.settings.threads) for _, plan in plans])
     return done, record, error
+
+
+def _read_rank_tiles(comm, cfg: RunConfig, job: Job, label: str, on_region):
+    """Every rank: its tiles one after another, each read WHOLE from its own object (the tile's
+    header gives its layout, one plan reads all its data on `threads` connections), its CRC-32
+    checked against the index. Each region's time covers the tile's header and data reads.
+    Returns what read_rank_regions returns."""
+    from mpi4py import MPI
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    mine = job.assignment[rank]
+    bar = _progress_bar(cfg, rank, size, sum(box_bytes(job.regions[i], job.layout.itemsize) for i in mine), label)
+    done: list[RegionRead] = []
+    plans = []
+    error = None
+    comm.Barrier()
+    t0 = MPI.Wtime()
+    try:
+        for index in mine:
+            start_s = MPI.Wtime() - t0
+            raw, stats, plan, facts = _read_tile(cfg, job, index, bar.update if bar else None)
+            record = _region_record(rank, index, job.regions[index], stats, start_s, MPI.Wtime() - t0)
+            # The tile's header is a request of this layout's own: counted with the data's.
+            record.update(requests=record["requests"] + facts["header_requests"],
+                          bytes_wire=record["bytes_wire"] + facts["header_bytes"], object=facts)
+            region = RegionRead(index, job.regions[index], raw, record)
+            plans.append(plan)
+            if on_region is not None:
+                on_region(region)
+            done.append(region)
+    except Exception as exc:  # noqa: BLE001 - returned, as read_rank_regions does
+        error = exc
+    finally:
+        if bar:
+            bar.close()
+    elapsed_s = MPI.Wtime() - t0
+    record = rank_record(rank, [r.record for r in done], elapsed_s, 0.0,
+                         [plan.describe(job.settings.cost, job.settings.threads) for plan in plans])
+    return done, record, error
+
+
+def _read_tile(cfg: RunConfig, job: Job, index: int, progress):
+    """One tile whole: (raw stored values, ReadStats, plan, facts about the object)."""
+    from ingest.core.tiles import check_crc, expected_tile
+    from ingest.formats.reader import read_any_layout
+
+    tile_source = job.region_sources[index]
+    options = transport_options(cfg)
+    if tile_source.signer_args is not None:
+        options["refresh_url"] = _resigner(tile_source.signer_args)
+    s = job.settings
+    with open_tile(tile_source.source, job.method, tile_source.size_bytes, tile_source.index_name,
+                   threads=s.threads, **options) as transport:
+        name = transport.display_name
+        layout = read_any_layout(transport, dataset=getattr(job.layout, "dataset", None), retry=retry_policy(cfg))
+        expected_tile(job.regions[index], name, layout.shape, layout.raw_dtype, job.layout.raw_dtype.str)
+        sel, plan = plan_read(layout, (), strategy=s.strategy, chunk_bytes=s.chunk_bytes,
+                              max_gap_bytes=s.max_gap_bytes, cost=s.cost)
+        raw, stats = read_selection(transport, layout, sel, plan, convert=False, threads=s.threads, progress=progress,
+                                    retry=retry_policy(cfg), order=cfg.order)
+    check_crc(tile_source.crc32, name, raw, tile_source.index_name)
+    if layout.kind == "hdf5":
+        header_requests, header_bytes = layout.open_requests, layout.open_bytes
+    else:  # a tile holds its cube in HDU 0: its header is read block by block up to the data
+        header_requests, header_bytes = layout.data_offset // BLOCK_BYTES, layout.data_offset
+    facts = {"source": name, "object_bytes": tile_source.size_bytes, "header_requests": header_requests,
+             "header_bytes": header_bytes}
+    return raw, stats, plan, facts
+
+
+def _resigner(signer_args: tuple):
+    """A tile URL's refresh: the signer is made only if the URL expires (finding credentials
+    costs more than a small tile's read, so not once per tile)."""
+    def refresh() -> str:
+        from ingest.io.presign import url_signer
+
+        signer = url_signer(*signer_args)
+        if signer is None:
+            raise ExpiredURLError(f"s3://{signer_args[0]}/{signer_args[1]}: the tile's presigned URL expired and "
+                                  f"this rank has no credentials to sign a new one")
+        return signer()
+
+    return refresh

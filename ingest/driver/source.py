@@ -56,3 +56,40 @@ def ensure_lifetime(url: str, signer_args: tuple | None, needed_s: float, cfg: R
     print(f"ingest: warning: the presigned URL expires in {left_s:.0f} s but the run may take "
           f"{needed_s:.0f} s (estimate x 2 + 60 s); reads after expiry will fail", file=sys.stderr, flush=True)
     return url
+
+
+def resolve_tile_sources(cfg: RunConfig, keys) -> tuple[tuple[str, tuple | None], ...]:
+    """Rank 0, for a tiled source: (source to read, signer args) per tile key, beside the index
+    (cfg.source). Read as 'presigned', each tile of an s3:// index is signed here (a local
+    signature per tile, no request); a tile beside a presigned index URL is signed when this
+    process has credentials for its path-style S3 URL, else read as the bare URL (a public bucket)."""
+    from ingest.core.tiles import tile_location
+    from ingest.io.presign import parse_s3_uri, presign_url, url_object
+
+    locations = [tile_location(cfg.source, key) for key in keys]
+    if cfg.resolved_method != "presigned":
+        return tuple((location, None) for location in locations)
+    endpoint = cfg.endpoint_url
+    if not cfg.source.startswith("s3://"):
+        target = url_object(locations[0])
+        if target is None or not _have_credentials():  # looked up once, not per tile
+            return tuple((location, None) for location in locations)
+        endpoint = target[0]
+    from ingest.io.s3client import shared_s3_client
+
+    client = shared_s3_client(**({"endpoint_url": endpoint} if endpoint else {}))
+    signed = []
+    for location in locations:
+        if location.startswith("s3://"):
+            bucket, key = parse_s3_uri(location)
+        else:
+            _, bucket, key = url_object(location)
+        signed.append((presign_url(bucket, key, expires_s=cfg.presign_expires_s, client=client),
+                       (bucket, key, cfg.presign_expires_s, endpoint)))
+    return tuple(signed)
+
+
+def _have_credentials() -> bool:
+    import boto3
+
+    return boto3.session.Session().get_credentials() is not None

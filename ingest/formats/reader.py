@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from ingest.core.tiles import MAX_INDEX_BYTES, SCHEMA, looks_like_json_object, parse_index_bytes
 from ingest.errors import FitsFormatError
 from ingest.formats.fits import BLOCK_BYTES, Layout, check_first_block, hdu_data_span, header_end, image_layout, parse_header
 from ingest.io.retry import RetryPolicy, read_with_retries, retry_call
@@ -103,11 +104,13 @@ def read_any_layout(transport: Transport, *, hdu: int = 0, dataset: str | None =
 
 
 def read_any_layout_timed(transport: Transport, *, hdu: int = 0, dataset: str | None = None,
-                          retry: RetryPolicy = RetryPolicy()):
+                          retry: RetryPolicy = RetryPolicy(), tiles: bool = False):
     """read_any_layout, and the timing of its fastest header request. The first block is read
-    once: it tells the formats apart (an HDF5 signature at byte 0, 512, 1024 or 2048) and is the
-    FITS reader's first header block, so a FITS source costs no extra request. HDF5 metadata is
-    read through a block cache (`open_requests` on the layout), timed by its first block."""
+    once: it tells the formats apart (an HDF5 signature at byte 0, 512, 1024 or 2048; a JSON
+    object, i.e. a tile index) and is the FITS reader's first header block, so a FITS source
+    costs no extra request. HDF5 metadata is read through a block cache (`open_requests` on the
+    layout), timed by its first block. A tile index (ingest.core.tiles) is returned as its
+    validated TileIndex when the caller reads tiled sources (`tiles=True`, `run`), else refused."""
     from ingest.formats.hdf5 import looks_like_hdf5, read_hdf5_layout
 
     retry_call(lambda: transport.info, retry, transport.display_name)
@@ -115,17 +118,37 @@ def read_any_layout_timed(transport: Transport, *, hdu: int = 0, dataset: str | 
     first = None
     if transport.object_bytes >= BLOCK_BYTES:
         first = _timed_block(transport, 0, retry, timings)
-    if transport.object_bytes and looks_like_hdf5(first if first is not None else _head(transport, retry)):
-        timing = timings[0] if timings else None
+    head = first if first is not None else (_head(transport, retry) if transport.object_bytes else b"")
+    timing = timings[0] if timings else None
+    if head and looks_like_hdf5(head):
         return read_hdf5_layout(transport, dataset, retry), timing
+    if looks_like_json_object(head):
+        return _read_tile_index(transport, head, retry, tiles), timing
     if dataset is not None:
         raise FitsFormatError(f"{transport.display_name}: dataset {dataset!r} given, but this is not an HDF5 file "
                               f"(no HDF5 signature); FITS cubes are chosen with hdu")
     return read_layout_timed(transport, hdu, retry, first_block=first, timings=timings)
 
 
+def _read_tile_index(transport: Transport, head: bytes, retry: RetryPolicy, tiles: bool):
+    """The whole (small) JSON object, validated as a tile index; refused unless `tiles`."""
+    name = transport.display_name
+    if transport.object_bytes > MAX_INDEX_BYTES:
+        raise FitsFormatError(f"{name}: starts like JSON but is {transport.object_bytes:,} bytes, too large for a "
+                              f"tile index ({SCHEMA}); not a FITS or HDF5 file either")
+    raw = bytearray(transport.object_bytes)  # the first block is in hand: read only the rest
+    raw[:len(head)] = head
+    if len(head) < len(raw):
+        read_with_retries(transport, memoryview(raw)[len(head):], len(head), retry, lambda *fault: None)
+    index = parse_index_bytes(bytes(raw), name)
+    if not tiles:
+        raise FitsFormatError(f"{name}: is a tile index ({SCHEMA}: {len(index.tiles)} tiles of {index.source}), "
+                              f"not one cube; `python -m ingest run --source {name}` reads it")
+    return index
+
+
 def _head(transport: Transport, retry: RetryPolicy) -> bytes:
-    """An object shorter than one FITS block (not FITS, but maybe a tiny HDF5 file)."""
+    """The whole object: one shorter than a FITS block (not FITS, maybe a tiny HDF5 file), or a tile index."""
     buf = bytearray(transport.object_bytes)
     read_with_retries(transport, memoryview(buf), 0, retry, lambda *fault: None)
     return bytes(buf)
