@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from ingest.core.chunks import Filter
 from ingest.errors import IngestError
-from ingest.io.filters import SUPPORTED, FilterError, check_supported, decode_chunk
+from ingest.io.filters import SUPPORTED, FilterError, check_supported, decode_chunk, decode_chunk_part
 
 
 def _file():
@@ -59,6 +59,9 @@ def _assert_chunks_match(dset) -> int:
         crop = tuple(slice(0, r.stop - r.start) for r in region)
         expected = np.asarray(dset[region], dtype=dset.dtype)
         assert chunk[crop].tobytes() == expected.tobytes(), f"chunk {offset} differs"
+        mask, stored = dset.id.read_direct_chunk(offset)
+        part = decode_chunk_part(stored, _filters(dset), mask, dset.dtype, dset.chunks, crop)
+        assert part.dtype == dset.dtype and part.tobytes() == expected.tobytes(), f"chunk {offset}: part differs"
         n += 1
     return n
 
@@ -103,6 +106,26 @@ def test_decoded_chunks_match_h5py(dtype, ndim, data, comp, shuffle, fletcher32,
         check_supported(_filters(dset), "test")
         assert _assert_chunks_match(dset) >= 1
         assert np.array_equal(dset[...], values)
+
+
+@settings(max_examples=80, deadline=None)
+@given(dtype=st.sampled_from(DTYPES), shuffle=st.booleans(), fletcher32=st.booleans(), data=st.data())
+def test_a_part_of_a_chunk_is_the_decoded_chunk_sliced(dtype, shuffle, fletcher32, data):
+    """decode_chunk_part (which unshuffles only the part's elements) == decode_chunk(...)[part],
+    for any part, with or without shuffle and checksum (masked-out filters: the mask test)."""
+    dtype = np.dtype(dtype)
+    chunks = tuple(data.draw(st.lists(st.integers(1, 9), min_size=1, max_size=3), label="chunks"))
+    part = tuple(slice(*sorted(data.draw(st.tuples(st.integers(0, c), st.integers(0, c))))) for c in chunks)
+    values = _data(np.random.default_rng(0), dtype, chunks, 0)
+    with _file() as f:
+        dset = f.create_dataset("x", data=values, chunks=chunks, compression="gzip", shuffle=shuffle,
+                                fletcher32=fletcher32)
+        mask, stored = dset.id.read_direct_chunk((0,) * len(chunks))
+        whole = np.frombuffer(decode_chunk(stored, _filters(dset), mask, dtype.itemsize, values.nbytes),
+                              dtype=dtype).reshape(chunks)
+        got = decode_chunk_part(stored, _filters(dset), mask, dtype, chunks, part)
+        assert got.dtype == dtype and got.shape == whole[part].shape
+        assert got.tobytes() == whole[part].tobytes() == values[part].tobytes()
 
 
 @pytest.mark.parametrize("comp", [dict(compression="gzip"), dict(hdf5plugin.Zstd()), dict(hdf5plugin.LZ4()),

@@ -8,14 +8,13 @@ decoded concurrently, not one after another.
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
 from ingest.core.chunkplan import ChunkPlan
 from ingest.core.chunks import ChunkIndex
 from ingest.io.executor import ReadStats, run_requests
-from ingest.io.filters import check_supported, decode_chunk
+from ingest.io.filters import check_supported, decode_chunk_part
 from ingest.io.retry import RetryPolicy
 from ingest.io.transports.base import Transport
 
@@ -46,7 +45,6 @@ def execute_chunks(plan: ChunkPlan, index: ChunkIndex, filters, dtype: np.dtype,
     if out.shape != tuple(b - a for a, b in box):
         raise ValueError(f"output shape {out.shape} is not the box's {box}")
     chunk_shape = index.chunk_shape
-    chunk_nbytes = math.prod(chunk_shape) * dtype.itemsize
     fill_missing(out, plan, chunk_shape, box, fill_value)
 
     def do_one(r: int, read, worker) -> tuple[float, int]:
@@ -57,10 +55,9 @@ def execute_chunks(plan: ChunkPlan, index: ChunkIndex, filters, dtype: np.dtype,
             start = int(index.offsets[cid]) - offset
             stored = buf[start:start + int(index.sizes[cid])]
             where = f"{name}: chunk {tuple(int(g) for g in index.grid[cid])} at byte {int(index.offsets[cid])}"
-            raw = decode_chunk(stored, filters, int(index.filter_masks[cid]), dtype.itemsize, chunk_nbytes,
-                               where=where)
             src, dst = _overlap(index.grid[cid], chunk_shape, box)
-            out[dst] = np.frombuffer(raw, dtype=dtype, count=math.prod(chunk_shape)).reshape(chunk_shape)[src]
+            out[dst] = decode_chunk_part(stored, filters, int(index.filter_masks[cid]), dtype, chunk_shape, src,
+                                         where=where)
         return ttfb_s, nbytes
 
     largest = int(plan.req_nbytes.max()) if plan.n_requests else 0
