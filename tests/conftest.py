@@ -85,5 +85,21 @@ def _delete_bucket(client, bucket: str) -> None:
         warnings.warn(f"could not delete test bucket {bucket}: {exc}")
 
 
+@pytest.fixture(params=["native", "urllib3"])
+def engine(request, monkeypatch):
+    """Run a test once per HTTP engine. `engine = auto` is what every path uses unless told
+    otherwise, so the reference run makes auto find no native engine (as on a machine without
+    pycurl) and the native run requires it: the contract and fault suites then cover the
+    engine each run resolves to, config-driven paths included."""
+    from ingest.io.transports import curl
+
+    if request.param == "urllib3":
+        monkeypatch.setattr(curl, "native_engine_error", lambda: "disabled for this test")
+    else:
+        problem = curl.native_engine_error()
+        assert problem is None, f"the native engine cannot run here: {problem} (scripts/setup.sh installs pycurl)"
+    return request.param
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slurm: starts a real single-node SLURM (scripts/slurm-local.sh)")

@@ -37,10 +37,10 @@ from ingest.io.retry import RetryPolicy
 from ingest.io.s3client import s3_client
 from ingest.tools.synth import write_cube
 from ingest.io.transports import open_transport
-from ingest.io.transports.http import HttpTransport
 from tests.badhttp import BadHttpServer
 
-pytestmark = pytest.mark.timeout(30)  # a hang fails with a stack dump instead of stalling CI
+# A hang fails with a stack dump instead of stalling CI; every test runs over each HTTP engine.
+pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("engine")]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPE = (32, 96, 96)  # numpy order; float32: 1 179 648 data bytes
@@ -247,7 +247,7 @@ def test_reset_peer_on_some_connections_only(proxy, cube):
     faulted = []
     t0 = time.monotonic()
     for _ in range(16):
-        transport = HttpTransport(url, threads=1)  # a new pool: a new connection
+        transport = open_transport(url, "presigned", threads=1)  # a new pool: a new connection
         transport.adopt(info)
         data, stats = read_selection(transport, layout, sel, plan, threads=1, retry=retry)
         transport.close()
@@ -635,7 +635,7 @@ def test_expired_url_is_re_signed_when_a_signer_is_given(cube, s3_server):
         signed.append(presign_url(cube["bucket"], KEY, expires_s=3600, client=client))
         return signed[-1]
 
-    transport = HttpTransport(url, threads=2, refresh_url=refresh)
+    transport = open_transport(url, "presigned", threads=2, refresh_url=refresh)
     opened = open_plan(transport)
     _sleep_past_expiry(url)
     data, stats, elapsed_s = read(transport, opened, threads=2)

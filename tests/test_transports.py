@@ -11,6 +11,7 @@ from ingest.io.transports import MemoryTransport, open_transport
 from tests.badhttp import BadHttpServer
 
 OBJECT = os.urandom(3 * 1024 * 1024 + 17)  # not a multiple of anything
+pytestmark = pytest.mark.usefixtures("engine")  # every test over each HTTP engine (conftest)
 
 
 @pytest.fixture(scope="module")

@@ -74,6 +74,7 @@ def transport_options(cfg: RunConfig) -> dict:
         "read_timeout_s": cfg.read_timeout_s,
         "verify_tls": cfg.verify_tls,
         "ca_bundle": cfg.ca_bundle,
+        "engine": cfg.engine,
     }
     if cfg.endpoint_url:
         opts["endpoint_url"] = cfg.endpoint_url

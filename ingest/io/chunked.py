@@ -47,10 +47,10 @@ def execute_chunks(plan: ChunkPlan, index: ChunkIndex, filters, dtype: np.dtype,
     chunk_shape = index.chunk_shape
     fill_missing(out, plan, chunk_shape, box, fill_value)
 
-    def do_one(r: int, read, worker) -> tuple[float, int]:
+    def do_one(r: int, worker):
         offset, nbytes = int(plan.req_offsets[r]), int(plan.req_nbytes[r])
         buf = memoryview(worker.buffer(nbytes))[:nbytes]
-        ttfb_s = read(buf, offset)
+        yield buf, offset
         for cid in plan.chunk_ids[plan.req_start[r]:plan.req_start[r + 1]]:
             start = int(index.offsets[cid]) - offset
             stored = buf[start:start + int(index.sizes[cid])]
@@ -58,7 +58,7 @@ def execute_chunks(plan: ChunkPlan, index: ChunkIndex, filters, dtype: np.dtype,
             src, dst = _overlap(index.grid[cid], chunk_shape, box)
             out[dst] = decode_chunk_part(stored, filters, int(index.filter_masks[cid]), dtype, chunk_shape, src,
                                          where=where)
-        return ttfb_s, nbytes
+        return nbytes
 
     largest = int(plan.req_nbytes.max()) if plan.n_requests else 0
     return run_requests(plan.n_requests, do_one, transport, needed_bytes=out.nbytes, buffer_bytes=largest,

@@ -52,27 +52,27 @@ class Worker:
         return self._buf
 
 
-def _run_one(plan: Plan, read, dest: Destination, i: int, worker: Worker) -> tuple[float, int]:
-    """Execute request i into `dest`; return (its time to first byte, its size in bytes)."""
+def _run_one(plan: Plan, dest: Destination, i: int, worker: Worker):
+    """Request i into `dest`, as a request generator (see `run_requests`): it yields its one read
+    and returns its size in bytes. The destination window stays open across the yield, so the
+    read lands in it wherever the read is carried out."""
     lat = plan.lattice
     req = plan.request(i)
-    if plan.byte_mode:
-        lo = dest.offset(req.index) + req.run_offset
+    if plan.byte_mode or req.contiguous:
+        lo = dest.offset(req.index) + (req.run_offset if plan.byte_mode else 0)
         with dest.window(lo, lo + req.nbytes) as win:
-            return read(memoryview(win), req.offset), req.nbytes
+            yield memoryview(win), req.offset
+        return req.nbytes
     level = plan.level
     lo = dest.offset(req.index)  # the request's first run (later axes at index 0)
-    if req.contiguous:
-        with dest.window(lo, lo + req.nbytes) as win:
-            return read(memoryview(win), req.offset), req.nbytes
     buf = worker.buffer(req.nbytes)
-    ttfb_s = read(memoryview(buf)[: req.nbytes], req.offset)
+    yield memoryview(buf)[: req.nbytes], req.offset
     shape = (req.units,) + lat.counts[level + 1 :] + (lat.run_bytes,)
     src = np.ndarray(shape=shape, dtype=np.uint8, buffer=buf, strides=lat.strides[level:] + (1,))
     span = (req.units - 1) * dest.strides[level] + dest.unit_spans[level]
     with dest.window(lo, lo + span) as win:
         _scatter(src, win, dest.strides[level:])
-    return ttfb_s, req.nbytes
+    return req.nbytes
 
 
 def _scatter(src: np.ndarray, win: np.ndarray, strides: tuple[int, ...]) -> None:
@@ -99,7 +99,7 @@ def execute(
     unrecoverable error stops all workers and is raised here.
     """
     dest = array if isinstance(array, Destination) else ArrayDestination(array, plan.lattice)
-    return run_requests(plan.n_requests, lambda i, read, worker: _run_one(plan, read, dest, i, worker), transport,
+    return run_requests(plan.n_requests, lambda i, worker: _run_one(plan, dest, i, worker), transport,
                         needed_bytes=plan.needed_bytes, buffer_bytes=min(plan.chunk_bytes, plan.wire_bytes),
                         threads=threads, progress=progress, retry=retry, order=order)
 
@@ -116,27 +116,55 @@ def request_order(n: int, order: str) -> np.ndarray | range:
 
 def run_requests(n: int, do_one, transport: Transport, *, needed_bytes: int, buffer_bytes: int, threads: int = 1,
                  progress=None, retry: RetryPolicy = RetryPolicy(), order: str = "sequential") -> ReadStats:
-    """Run requests 0..n-1 on `threads` threads, in `order`: `do_one(i, read, worker)` makes
-    request i with `read(buffer, offset)` (the transport read, retried and counted) and returns
-    (time to first byte, bytes on the wire). Each thread has a Worker whose buffer starts at
-    buffer_bytes. The first unrecoverable error stops every thread and is raised here."""
-    sequence = request_order(n, order)
+    """Run requests 0..n-1 with `threads` in flight, in `order`.
+
+    `do_one(i, worker)` returns request i as a generator: it yields each read it needs as
+    (buffer, offset), is sent back that read's seconds to first byte, and returns the bytes it
+    put on the wire. Whatever runs the reads, the request's own code (scatter, decode) is the same:
+    here, `threads` Python threads run them through `transport.read_into`; a transport that
+    keeps many reads in flight from one thread (`concurrent`) runs them in `ingest.io.multi`.
+    Each request runs with a Worker whose buffer starts at buffer_bytes. Transient failures are
+    retried per `retry`; the first unrecoverable error stops everything and is raised here.
+    """
     stats = ReadStats(bytes_needed=needed_bytes)
+    faults = FaultLog()
+    sequence = request_order(n, order)
+    t0 = time.perf_counter()
+    if getattr(transport, "concurrent", False) and n > 0:
+        from ingest.io.multi import run_concurrent
+
+        run_concurrent(sequence, do_one, transport, stats, faults, t0, depth=max(1, threads),
+                       buffer_bytes=buffer_bytes, progress=progress, retry=retry)
+    else:
+        _run_threaded(sequence, do_one, transport, stats, faults, t0, threads=threads, buffer_bytes=buffer_bytes,
+                      progress=progress, retry=retry)
+    return stats
+
+
+def record_request(stats: ReadStats, t0: float, t_req: float, first_byte_s: float, nbytes: int) -> None:
+    """Count one finished request (under the caller's lock, if threads share `stats`)."""
+    stats.requests += 1
+    stats.bytes_wire += nbytes
+    stats.request_s.append(time.perf_counter() - t_req)
+    first = t_req + first_byte_s - t0
+    if stats.first_byte_s is None or first < stats.first_byte_s:
+        stats.first_byte_s = first
+
+
+def finish_stats(stats: ReadStats, faults: FaultLog, t0: float) -> None:
+    stats.elapsed_s = time.perf_counter() - t0
+    stats.retries, stats.resumed_bytes, stats.faults = faults.retries, faults.resumed_bytes, dict(faults.faults)
+
+
+def _run_threaded(sequence, do_one, transport, stats, faults, t0, *, threads, buffer_bytes, progress, retry):
+    n = len(sequence)
     lock = threading.Lock()
     next_index = [0]
     failure: list[BaseException] = []
-    faults = FaultLog()
-    t0 = time.perf_counter()
 
     def on_fault(exc, will_retry: bool, resumed_bytes: int) -> None:
         with lock:
-            faults.record(exc)
-            if will_retry:
-                faults.retries += 1
-                faults.resumed_bytes += resumed_bytes
-
-    def read(buffer: memoryview, offset: int) -> float:
-        return read_with_retries(transport, buffer, offset, retry, on_fault)
+            faults.note(exc, will_retry, resumed_bytes)
 
     def work():
         worker = Worker(buffer_bytes)
@@ -148,19 +176,13 @@ def run_requests(n: int, do_one, transport: Transport, *, needed_bytes: int, buf
                 next_index[0] += 1
             t_req = time.perf_counter()
             try:
-                ttfb_s, nbytes = do_one(i, read, worker)
+                first_byte_s, nbytes = _drive(do_one(i, worker), transport, retry, on_fault)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller below
                 with lock:
                     failure.append(exc)
                 return
-            t_end = time.perf_counter()
             with lock:
-                stats.requests += 1
-                stats.bytes_wire += nbytes
-                stats.request_s.append(t_end - t_req)
-                first = t_req + ttfb_s - t0
-                if stats.first_byte_s is None or first < stats.first_byte_s:
-                    stats.first_byte_s = first
+                record_request(stats, t0, t_req, first_byte_s, nbytes)
             if progress is not None:
                 progress(nbytes)
 
@@ -173,8 +195,26 @@ def run_requests(n: int, do_one, transport: Transport, *, needed_bytes: int, buf
             t.start()
         for t in pool:
             t.join()
-    stats.elapsed_s = time.perf_counter() - t0
-    stats.retries, stats.resumed_bytes, stats.faults = faults.retries, faults.resumed_bytes, dict(faults.faults)
+    finish_stats(stats, faults, t0)
     if failure:
         raise failure[0]
-    return stats
+
+
+def _drive(request, transport, retry: RetryPolicy, on_fault) -> tuple[float, int]:
+    """Run one request generator to its end on this thread: (its first read's time to first
+    byte, its bytes on the wire)."""
+    first_byte_s = None
+    try:
+        read = next(request)
+        while True:
+            ttfb_s = read_with_retries(transport, *read, retry, on_fault)
+            if first_byte_s is None:
+                first_byte_s = ttfb_s
+            # Drop our view of the buffer first: the request may now close a mapped window on it.
+            read = None
+            read = request.send(ttfb_s)
+    except StopIteration as done:
+        return (first_byte_s or 0.0), done.value
+    except BaseException:
+        request.close()  # its windows close now, not whenever it is collected
+        raise

@@ -43,8 +43,52 @@ class FaultLog:
     def record(self, error: RetryableError) -> None:
         self.faults[error.kind] = self.faults.get(error.kind, 0) + 1
 
+    def note(self, error: RetryableError, will_retry: bool, resumed_bytes: int) -> None:
+        """One RetryableError seen: counted always, as a retry (and what resuming saved) if retried."""
+        self.record(error)
+        if will_retry:
+            self.retries += 1
+            self.resumed_bytes += resumed_bytes
+
     def as_dict(self) -> dict:
         return {"retries": self.retries, "resumed_bytes": self.resumed_bytes, "faults": dict(self.faults)}
+
+
+class Attempts:
+    """One read's retry state: how much of its buffer has arrived, how often and how long it
+    has failed. Shared by the threaded executor (which sleeps) and the concurrent one (which
+    schedules the resumed read for later), so both retry and resume alike."""
+
+    def __init__(self, transport, buffer: memoryview, offset: int, policy: RetryPolicy):
+        self.transport, self.buffer, self.offset, self.policy = transport, buffer, offset, policy
+        self.received = 0
+        self.attempt = 0
+        self.t0 = time.monotonic()
+
+    @property
+    def remaining(self) -> tuple[memoryview, int]:
+        """(the buffer still to fill, its object offset): what the next attempt reads."""
+        return self.buffer[self.received:], self.offset + self.received
+
+    def failed(self, exc: RetryableError, on_fault) -> float:
+        """Account for a failed attempt; return the delay before the next one, or raise
+        TransportError when the policy gives up. on_fault(error, will_retry, resumed_bytes)."""
+        n = len(self.buffer)
+        got = max(0, min(exc.received, n - self.received))
+        self.received += got
+        self.attempt += 1
+        policy = self.policy
+        delay = policy.delay_s(self.attempt)
+        spent = time.monotonic() - self.t0
+        will_retry = self.attempt <= policy.retries and spent + delay < policy.total_s
+        on_fault(exc, will_retry, got if will_retry else 0)
+        if not will_retry:
+            why = f"{policy.retries} retries" if self.attempt > policy.retries else f"{policy.total_s:g} s retry budget"
+            raise TransportError(
+                f"{self.transport.display_name}: gave up on bytes [{self.offset}, {self.offset + n}) after {why} "
+                f"({self.attempt} attempt(s) failed; last: {exc})"
+            ) from exc
+        return delay
 
 
 def read_with_retries(transport, buffer: memoryview, offset: int, policy: RetryPolicy, on_fault) -> float:
@@ -52,29 +96,12 @@ def read_with_retries(transport, buffer: memoryview, offset: int, policy: RetryP
 
     on_fault(error, will_retry, resumed_bytes) is called for every RetryableError seen.
     """
-    n = len(buffer)
-    received = 0
-    attempt = 0
-    t0 = time.monotonic()
+    attempts = Attempts(transport, buffer, offset, policy)
     while True:
         try:
-            return transport.read_into(buffer[received:], offset + received)
+            return transport.read_into(*attempts.remaining)
         except RetryableError as exc:
-            got = max(0, min(exc.received, n - received))
-            received += got
-            attempt += 1
-            delay = policy.delay_s(attempt)
-            spent = time.monotonic() - t0
-            will_retry = attempt <= policy.retries and spent + delay < policy.total_s
-            on_fault(exc, will_retry, got if will_retry else 0)
-            if not will_retry:
-                why = (f"{policy.retries} retries" if attempt > policy.retries
-                       else f"{policy.total_s:g} s retry budget")
-                raise TransportError(
-                    f"{transport.display_name}: gave up on bytes [{offset}, {offset + n}) after {why} "
-                    f"({attempt} attempt(s) failed; last: {exc})"
-                ) from exc
-            time.sleep(delay)
+            time.sleep(attempts.failed(exc, on_fault))
 
 
 def retry_call(fn, policy: RetryPolicy, what: str):

@@ -306,6 +306,8 @@ def render_summary(report: dict) -> str:
     config = report.get("config", {})
     mode = report.get("mode", "?")
     method = config.get("resolved_method") or config.get("method") or "?"
+    if config.get("resolved_engine") not in (None, method):
+        method += f" ({config['resolved_engine']} engine)"
     shape = cube.get("shape") or []
     lines = [
         f"ingest report ({report.get('schema')}), mode {mode}, method {method}, created {report.get('created')}",

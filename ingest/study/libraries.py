@@ -281,20 +281,21 @@ def download_ingest(url: str, ranges: list[tuple[int, int]], threads: int, buffe
     crcs: list[int] = [0] * len(ranges)
     crc_s = [0.0] * len(ranges)
 
-    def do_one(i: int, read, _worker):
+    def do_one(i: int, _worker):
         start, stop = ranges[i]
         if whole is not None:
-            return read(whole[start - base : stop - base], start), stop - start
+            yield whole[start - base : stop - base], start
+            return stop - start
         view = buffers.get()
         try:
             chunk = view[: stop - start]
-            ttfb_s = read(chunk, start)
+            yield chunk, start
             t0 = time.perf_counter()
             crcs[i] = zlib.crc32(chunk)
             crc_s[i] = time.perf_counter() - t0
         finally:
             buffers.put(view)
-        return ttfb_s, stop - start
+        return stop - start
 
     # No stat request: without one the transport sends no If-Match and reads exactly as asked.
     with open_transport(url, "presigned", threads=n_threads) as transport:

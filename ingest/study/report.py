@@ -114,13 +114,18 @@ def rec_threads(t: dict, where: str = "") -> str:
         if "knee_t" not in k:
             parts.append(f"{_label(method)}: no ok run at any thread count")
             continue
-        text = (f"**{k['knee_t']} threads per rank** for {_label(method)}: the fewest within "
-                f"{S.TOLERANCE:.0%} of the best median ({k['best_t']} threads, {s(k['best_s'])}); "
-                f"{k['knee_t']} threads took {s(k['knee_s'])}")
+        text = (f"**{_n_threads(k['knee_t'])} per rank** for {_label(method)}: the fewest within "
+                f"{S.TOLERANCE:.0%} of the best median ({_n_threads(k['best_t'])}, {s(k['best_s'])})")
+        if k["knee_t"] != k["best_t"]:
+            text += f"; {_n_threads(k['knee_t'])} took {s(k['knee_s'])}"
         if k["missing"]:
             text += f" (no ok run at {', '.join(map(str, k['missing']))} threads)"
         parts.append(text)
     return "; ".join(parts) + "."
+
+
+def _n_threads(n: int) -> str:
+    return f"{n} thread{'' if n == 1 else 's'}"
 
 
 def rec_strategy(st: dict | None, where: str = "") -> str:
@@ -171,8 +176,10 @@ def rec_layout(lay: dict, where: str = "") -> str:
             parts.append(f"{access}: tiled {s(g['tiled_s'])} vs ranged {s(g['ranged_s'])}, {g['ratio']:.2f}× "
                          f"faster: would pay, if the store can hold a tiled copy of the cube")
         else:
-            parts.append(f"{access}: tiled {s(g['tiled_s'])} vs ranged {s(g['ranged_s'])} (ranged/tiled "
-                         f"{g['ratio']:.2f}, less than {S.TOLERANCE:.0%} faster): would not pay for the extra copy")
+            verdict = (f"{1 / g['ratio']:.2f}× slower" if g["ratio"] < 1
+                       else f"{g['ratio']:.2f}×, less than {S.TOLERANCE:.0%} faster")
+            parts.append(f"{access}: tiled {s(g['tiled_s'])} vs ranged {s(g['ranged_s'])} (tiled {verdict}): "
+                         "would not pay for the extra copy")
     return "**Per-box objects (tiled vs ranged):** " + "; ".join(parts) + "."
 
 

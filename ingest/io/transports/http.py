@@ -85,6 +85,10 @@ class HttpTransport(Transport):
         status = resp.status
         detail = "" if status == 200 else resp.read(1024, decode_content=True).decode("utf-8", "replace")
         _discard(resp)
+        self._refusal(status, detail, url, offset)
+
+    def _refusal(self, status: int, detail: str, url: str, offset: int) -> None:
+        """Raise the error a non-206 reply means (`detail`: the start of its body)."""
         if status == 200:
             raise RangeNotSupportedError(
                 f"{self.display_name}: server ignored the Range header and started sending the whole "

@@ -1,0 +1,189 @@
+"""Request engines side by side: client CPU per request and per GiB, and requests/s by depth.
+
+The same presigned object, the same ranges, in one run, interleaved: ingest's native engine
+(libcurl multi, one thread), ingest's urllib3 transport (a thread per request in flight), the
+boto3 transport, and the curl CLI (`--parallel`, one process for all the requests). Client CPU
+is this process's (all threads) for the in-process engines and the child's for curl; the server
+(versitygw) shares the two cores, so requests/s is bounded by it and the ratios are what count.
+
+- small: REQUESTS ranged GETs of SMALL_BYTES at random offsets, at each depth (requests in flight);
+- large: the first LARGE_MIB MiB in 16 MiB ranges, 4 in flight (CPU per GiB).
+
+Targets (issue 12): native CPU per small request <= 100 us; native CPU per GiB <= 1.1x curl's.
+
+    python -m bench.engine [--requests 3000] [--depths 1,4,16,64] [--large-mib 512] [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+
+if __package__ in (None, ""):  # run as a file: make `bench` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import common
+from ingest.io.executor import run_requests
+from ingest.io.transports import open_transport
+from ingest.units import MiB
+
+NAME = "engine"
+SMALL_BYTES = 8 << 10
+LARGE_REQUEST_BYTES = 16 * MiB
+LARGE_DEPTH = 4
+ENGINES = ("native", "urllib3", "boto3", "curl")
+CPU_PER_REQUEST_TARGET_S = 100e-6
+CPU_PER_GIB_TARGET = 1.1  # native / curl
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.engine", description=__doc__.splitlines()[0])
+    common.add_common_arguments(parser, size_mib=1024)
+    parser.add_argument("--requests", type=int, default=None, help="small requests per depth (default 3000, --quick 300)")
+    parser.add_argument("--boto3-requests", type=int, default=None,
+                        help="small requests per depth for boto3, ~3 ms each (default 600, --quick 100)")
+    parser.add_argument("--depths", default="1,4,16,64", help="requests in flight (default 1,4,16,64)")
+    parser.add_argument("--large-mib", type=int, default=None, help="bytes read for CPU per GiB (default 512, --quick 64)")
+    return parser
+
+
+SIZES = {"requests": (3000, 300), "boto3_requests": (600, 100), "large_mib": (512, 64)}
+
+
+def _ranges(n: int, nbytes: int, object_bytes: int, seed: int) -> list[tuple[int, int]]:
+    rng = random.Random(seed)
+    return [(o, o + nbytes) for o in (rng.randrange(0, object_bytes - nbytes) for _ in range(n))]
+
+
+def _in_process(source: str, method: str, engine: str, ranges, depth: int) -> dict:
+    """ingest's transport on `engine` running `ranges` with `depth` in flight."""
+    largest = max(b - a for a, b in ranges)
+    buffers = [bytearray(largest) for _ in range(depth)]  # touched once, outside the clock
+    free = list(range(depth))
+
+    def do_one(i, _worker):
+        slot = free.pop()
+        try:
+            a, b = ranges[i]
+            yield memoryview(buffers[slot])[: b - a], a
+        finally:
+            free.append(slot)
+        return b - a
+
+    with open_transport(source, method, threads=depth, engine=engine) as transport:
+        transport.object_bytes  # the size request is not part of what is measured
+        cpu0, t0 = common.cpu_self_s(), time.perf_counter()
+        stats = run_requests(len(ranges), do_one, transport, needed_bytes=sum(b - a for a, b in ranges),
+                             buffer_bytes=0, threads=depth)
+        elapsed_s, cpu_s = time.perf_counter() - t0, common.cpu_self_s() - cpu0
+    return {"elapsed_s": elapsed_s, "cpu_s": cpu_s, "requests": stats.requests, "bytes": stats.bytes_wire}
+
+
+def _curl(url: str, ranges, depth: int, workdir: str) -> dict:
+    """The curl CLI fetching the same ranges, `depth` at once, in one process."""
+    config = os.path.join(workdir, f"curl-{len(ranges)}-{depth}.cfg")
+    with open(config, "w") as fh:
+        for a, b in ranges:
+            fh.write(f'url = "{url}"\nrange = "{a}-{b - 1}"\noutput = "/dev/null"\n')
+    cmd = ["curl", "-sS", "--fail", "-K", config] + (["--parallel", "--parallel-max", str(depth)] if depth > 1 else [])
+    cpu0, t0 = common.cpu_children_s(), time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    elapsed_s, cpu_s = time.perf_counter() - t0, common.cpu_children_s() - cpu0
+    if done.returncode != 0:
+        raise RuntimeError(f"curl failed ({done.returncode}): {done.stderr.strip()[:300]}")
+    return {"elapsed_s": elapsed_s, "cpu_s": cpu_s, "requests": len(ranges), "bytes": sum(b - a for a, b in ranges)}
+
+
+def _candidate(name: str, engine: str, ranges, depth: int, url: str, s3_uri: str, workdir: str) -> common.Candidate:
+    if engine == "curl":
+        run = lambda: _curl(url, ranges, depth, workdir)  # noqa: E731
+    elif engine == "boto3":
+        run = lambda: _in_process(s3_uri, "s3", "urllib3", ranges, depth)  # noqa: E731
+    else:
+        run = lambda: _in_process(url, "presigned", engine, ranges, depth)  # noqa: E731
+    return common.Candidate(name, run, {"engine": engine, "depth": depth, "requests": len(ranges)})
+
+
+def run(env: common.BenchEnv, args) -> dict:
+    args = common.settle(args, **SIZES)  # also when bench.run_all hands over its own defaults
+    log = common.logger(args)
+    cube = env.cube(args.size_mib * MiB)
+    url = env.presign(cube)
+    depths = [int(d) for d in args.depths.split(",")]
+    results: dict = {"object_bytes": cube.object_bytes, "small_bytes": SMALL_BYTES, "depths": depths, "small": {}}
+    with tempfile.TemporaryDirectory(prefix="ingest-bench-engine-") as workdir:
+        for depth in depths:
+            cands = []
+            for engine in ENGINES:
+                n = args.boto3_requests if engine == "boto3" else args.requests
+                ranges = _ranges(n, SMALL_BYTES, cube.object_bytes, seed=depth)
+                cands.append(_candidate(f"{engine}@{depth}", engine, ranges, depth, url, cube.s3_uri, workdir))
+            if log:
+                log(f"engine: {args.requests} GETs of {SMALL_BYTES} B, {depth} in flight")
+            results["small"][str(depth)] = common.run_interleaved(cands, args.repeats, args.warmup, log)
+        large_bytes = min(args.large_mib * MiB, cube.object_bytes)
+        large = [(a, min(a + LARGE_REQUEST_BYTES, large_bytes)) for a in range(0, large_bytes, LARGE_REQUEST_BYTES)]
+        if log:
+            log(f"engine: {large_bytes / MiB:.0f} MiB in {len(large)} requests of 16 MiB, {LARGE_DEPTH} in flight")
+        cands = [_candidate(engine, engine, large, LARGE_DEPTH, url, cube.s3_uri, workdir) for engine in ENGINES]
+        results["large"] = common.run_interleaved(cands, args.repeats, args.warmup, log)
+    results["ratios"], results["targets"] = _ratios(results)
+    return results
+
+
+def _per(samples: list[dict], metric: str, per: str, scale: float = 1.0) -> list[float]:
+    return [s[metric] / s[per] * scale for s in samples if s[per]]
+
+
+def _ratios(results: dict) -> tuple[dict, dict]:
+    """(ratios, targets) as bench.run_all tabulates them; CPU per request in µs."""
+    ratios, targets = {}, {}
+    for depth, cells in results["small"].items():
+        name = f"native_cpu_per_request_us@{depth}"
+        per_req = _per(cells["native@" + depth]["samples"], "cpu_s", "requests", 1e6)
+        ratios[name] = {**common.stats(per_req), "samples": per_req}
+        targets[name] = common.target("<=", CPU_PER_REQUEST_TARGET_S * 1e6)
+    large = results["large"]
+    native = _per(large["native"]["samples"], "cpu_s", "bytes", common.GiB)
+    curl = _per(large["curl"]["samples"], "cpu_s", "bytes", common.GiB)
+    ratios["cpu_per_gib_native/curl"] = common.ratio_of(native, curl)
+    targets["cpu_per_gib_native/curl"] = common.target("<=", CPU_PER_GIB_TARGET)
+    for engine in ("urllib3", "boto3"):
+        other = _per(large[engine]["samples"], "cpu_s", "bytes", common.GiB)
+        ratios[f"cpu_per_gib_{engine}/curl"] = common.ratio_of(other, curl)
+    return ratios, targets
+
+
+def to_markdown(results: dict) -> str:
+    lines = [f"### Request engines: {results['small_bytes']} B ranged GETs of a "
+             f"{results['object_bytes'] / MiB:.0f} MiB object on loopback (server on the same 2 cores)", "",
+             common.markdown_table(
+                 ["in flight", "engine", "client CPU per request µs", "requests/s"],
+                 [[depth, name.split("@")[0],
+                   common.spread(common.stats(_per(cell["samples"], "cpu_s", "requests", 1e6)), "{:.0f}"),
+                   common.spread(common.stats([s["requests"] / s["elapsed_s"] for s in cell["samples"]]), "{:.0f}")]
+                  for depth, cells in results["small"].items() for name, cell in cells.items()])]
+    large = results["large"]
+    lines += ["", f"CPU per GiB, 16 MiB ranges, {LARGE_DEPTH} in flight:", "",
+              common.markdown_table(
+                  ["engine", "client CPU s/GiB", "GiB/s"],
+                  [[name, common.spread(common.stats(_per(cell["samples"], "cpu_s", "bytes", common.GiB))),
+                    common.spread(common.stats([s["bytes"] / s["elapsed_s"] / common.GiB for s in cell["samples"]]))]
+                   for name, cell in large.items()])]
+    targets = results["targets"]
+    rows = [[name, common.spread(r), common.target_text(targets.get(name)), common.verdict(r, targets.get(name))]
+            for name, r in results["ratios"].items()]
+    lines += ["", common.markdown_table(["ratio", "median (min-max)", "target", "verdict"], rows)]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    return common.bench_main(sys.modules[__name__], argv, **SIZES)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
