@@ -1,10 +1,13 @@
-"""ingest: read exactly your subcube of a FITS datacube out of an object store.
+"""ingest: read exactly your subcube of a FITS or HDF5 datacube out of an object store.
 
-`read_subcube(source, region)` reads one box in one process; `python -m ingest run` (and
+`open(source)` opens a cube once and reads it many times, sliced like numpy, from threads, dask
+or xarray; `read_subcube(source, region)` reads one box in one call; `python -m ingest run` (and
 `ingest.driver.run(comm, config)`) gives every MPI rank its own box and reports the timings.
 """
 from ingest.api import read_subcube
 from ingest.errors import ConfigError, FitsFormatError, IngestError, RegionError, TransportError
+from ingest.remote import RemoteCube, open
 
-__all__ = ["read_subcube", "IngestError", "ConfigError", "FitsFormatError", "RegionError", "TransportError"]
+__all__ = ["open", "RemoteCube", "read_subcube", "IngestError", "ConfigError", "FitsFormatError", "RegionError",
+           "TransportError"]
 __version__ = "0.1.0"

@@ -14,6 +14,7 @@ from ingest.core.plans import LocalPlan, plan_selection
 from ingest.io.retry import RetryPolicy
 from ingest.core.region import Selection, normalize
 from ingest.io.transports import Transport, open_transport
+from ingest.options import TRANSPORT_OPTIONS, keyword_names, refuse_unknown
 
 
 def apply_scaling(raw: np.ndarray, layout: Layout) -> np.ndarray:
@@ -166,7 +167,12 @@ def read_subcube(
     (default from `cost`: latency x bandwidth); retry: a RetryPolicy for transient faults
     (default 5 retries within 300 s, resuming broken ranges). The result equals astropy's section: same
     values and dtype, big-endian as stored unless native_byteorder=True.
+    transport_options: endpoint_url, verify_tls, ca_bundle, connect_timeout_s, read_timeout_s, client,
+    refresh_url, engine, direct; any other name is a TypeError naming the closest valid one.
+    Each call opens the source and reads its header afresh: for many reads of one cube,
+    `ingest.open(source)` keeps both (and the tuned link) across reads.
     """
+    refuse_unknown("ingest.read_subcube", transport_options, TRANSPORT_OPTIONS + _READ_SUBCUBE_NAMES)
     with open_transport(source, method, threads=threads, **transport_options) as transport:
         layout = read_any_layout(transport, hdu=hdu, dataset=dataset, retry=retry or RetryPolicy())
         sel, plan = plan_read(
@@ -175,3 +181,6 @@ def read_subcube(
         data, _ = read_selection(transport, layout, sel, plan, threads=threads, native_byteorder=native_byteorder,
                                  retry=retry or RetryPolicy())
         return data
+
+
+_READ_SUBCUBE_NAMES = keyword_names(read_subcube)  # for the did-you-mean hint (`thread` -> threads)

@@ -16,7 +16,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
 fi
 
-python3 -m pip install -q --disable-pip-version-check -e "$here[test,bench]"
+python3 -m pip install -q --disable-pip-version-check -e "$here[test,bench,dask]"
 
 # Go tools: versions pinned to what ../shared/INFRA.md measured.
 go_tool() {  # go_tool BINARY_NAME MODULE@VERSION

@@ -216,3 +216,23 @@ def test_hdf5_script(tmp_path):
     wire = chunked["ratios"]["loopback:chunked_16x64x64:ingest_wire/needed_chunks"]
     assert wire["median"] >= 1.0  # a read never fetches less than the chunks the box needs
     assert all(math.isfinite(r["median"]) and r["median"] > 0 for r in results["ratios"].values())
+
+
+@pytest.mark.timeout(120)
+def test_engine_script(tmp_path):
+    out = _run(["-m", "bench.engine", "--requests", "60", "--boto3-requests", "20", "--depths", "1,8",
+                "--large-mib", "32"], tmp_path)
+    assert "| native_cpu_per_request_us@8 |" in out and "| cpu_per_gib_native/curl |" in out
+    results = _load(tmp_path, "engine")
+    for depth in ("1", "8"):
+        cells = results["small"][depth]
+        assert set(cells) == {f"{e}@{depth}" for e in ("native", "urllib3", "boto3", "curl")}
+        for name, cell in cells.items():
+            sample = cell["samples"][0]
+            assert sample["requests"] == (20 if name.startswith("boto3") else 60)
+            assert sample["bytes"] == sample["requests"] * results["small_bytes"]
+            assert _positive_finite(sample["elapsed_s"]) and sample["cpu_s"] >= 0
+    large_bytes = min(32 << 20, results["object_bytes"])  # TINY's cube is smaller than 32 MiB
+    assert all(cell["samples"][0]["bytes"] == large_bytes for cell in results["large"].values())
+    assert set(results["targets"]) <= set(results["ratios"])
+    assert all(math.isfinite(r["median"]) and r["median"] > 0 for r in results["ratios"].values())

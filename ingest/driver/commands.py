@@ -5,17 +5,19 @@ the JSON report, writes it, then prints the table drawn from it.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from ingest.api import apply_scaling, to_native
-from ingest.config import RunConfig, add_run_arguments, config_from_args
+from ingest.config import RunConfig, add_run_arguments, config_from_args, load_config
 from ingest.driver.job import Job, prepare_job
 from ingest.driver.read import read_rank_regions
 from ingest.driver.mpi import all_agree_or_raise, ranks_per_node, root_step, run_or_abort, world
 from ingest.errors import ConfigError
 from ingest.io.stage_tools import check_stage_with
+from ingest.options import refuse_unknown
 
 
 @dataclass
@@ -79,10 +81,29 @@ class ReportFacts:
                                     extra=extra)
 
 
-def run(comm, cfg: RunConfig) -> RankResult:
+def config_for(cfg: RunConfig | Mapping | None, options: dict, entry_point: str) -> RunConfig:
+    """The RunConfig a Python caller means: `cfg` (a RunConfig, or a dict of settings, or None)
+    with keyword `options` (RunConfig fields) on top. An unknown name is a TypeError naming the
+    closest field, before any MPI call; a bad value is the ConfigError naming its unit."""
+    from dataclasses import fields, replace
+
+    if isinstance(cfg, Mapping):
+        cfg, options = None, {**cfg, **options}
+    refuse_unknown(entry_point, options, [f.name for f in fields(RunConfig)])
+    if cfg is None:
+        return load_config(options)
+    return replace(cfg, **options) if options else cfg
+
+
+def run(comm, cfg: RunConfig | Mapping | None = None, **options) -> RankResult:
     """Direct ingest: every rank of `comm` reads its box of `cfg.source` (callable from Python
     for in-process pipelines). Rank 0 writes/prints the report; with compare='staging' the
-    staging baseline is measured in the same job."""
+    staging baseline is measured in the same job.
+
+    cfg: a RunConfig (ingest.config.load_config), a dict of settings or None; keyword options
+    are RunConfig fields on top of it, e.g. run(comm, source="s3://survey/cube.fits", threads=8).
+    An unknown option is a TypeError naming the closest field."""
+    cfg = config_for(cfg, options, "ingest.driver.run")
     from mpi4py import MPI
 
     from ingest.outputs import report as reports
@@ -143,9 +164,10 @@ def publish_report(cfg: RunConfig, report: dict) -> None:
         print(f"report written to {cfg.report}", flush=True)
 
 
-def stage(comm, cfg: RunConfig) -> dict | None:
+def stage(comm, cfg: RunConfig | Mapping | None = None, **options) -> dict | None:
     """The staging baseline alone (seed 001 s2-4): copy the object to stage_dir, then every rank
-    reads its box from the copy. Returns the report on rank 0."""
+    reads its box from the copy. Returns the report on rank 0. cfg and options as for `run`."""
+    cfg = config_for(cfg, options, "ingest.driver.stage")
     from ingest.driver.staging import measure_staging
 
     if not cfg.stage_dir:
