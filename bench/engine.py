@@ -84,18 +84,24 @@ def _in_process(source: str, method: str, engine: str, ranges, depth: int) -> di
 
 
 def _curl(url: str, ranges, depth: int, workdir: str) -> dict:
-    """The curl CLI fetching the same ranges, `depth` at once, in one process."""
+    """The curl CLI fetching the same ranges, `depth` at once, in one process. In a config file
+    an option holds until `next` starts the next URL's group, so every range has its own group
+    (and its own fail/silent/write-out, which `next` resets too); the sizes curl reports are
+    checked, so a transfer of the wrong bytes cannot pass as a fast one."""
     config = os.path.join(workdir, f"curl-{len(ranges)}-{depth}.cfg")
     with open(config, "w") as fh:
-        for a, b in ranges:
-            fh.write(f'url = "{url}"\nrange = "{a}-{b - 1}"\noutput = "/dev/null"\n')
-    cmd = ["curl", "-sS", "--fail", "-K", config] + (["--parallel", "--parallel-max", str(depth)] if depth > 1 else [])
+        fh.write("next\n".join(f'fail\nsilent\nshow-error\nurl = "{url}"\nrange = "{a}-{b - 1}"\n'
+                                'output = "/dev/null"\nwrite-out = "%{size_download}\\n"\n' for a, b in ranges))
+    cmd = ["curl", "-K", config] + (["--parallel", "--parallel-max", str(depth)] if depth > 1 else [])
     cpu0, t0 = common.cpu_children_s(), time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True)
     elapsed_s, cpu_s = time.perf_counter() - t0, common.cpu_children_s() - cpu0
     if done.returncode != 0:
         raise RuntimeError(f"curl failed ({done.returncode}): {done.stderr.strip()[:300]}")
-    return {"elapsed_s": elapsed_s, "cpu_s": cpu_s, "requests": len(ranges), "bytes": sum(b - a for a, b in ranges)}
+    got = sorted(int(n) for n in done.stdout.split())
+    if got != sorted(b - a for a, b in ranges):
+        raise RuntimeError(f"curl fetched {sum(got)} bytes in {len(got)} transfers, not the {len(ranges)} ranges asked")
+    return {"elapsed_s": elapsed_s, "cpu_s": cpu_s, "requests": len(ranges), "bytes": sum(got)}
 
 
 def _candidate(name: str, engine: str, ranges, depth: int, url: str, s3_uri: str, workdir: str) -> common.Candidate:
