@@ -80,7 +80,10 @@ def _info(args) -> int:
 
 def _plan(args) -> int:
     args.source = source_argument(args.source)
-    cost = CostModel(latency_s=args.latency_s, bandwidth_bytes_per_s=args.bandwidth_bytes_per_s)
+    given = {name: value for name, value in (("latency_s", args.latency_s),
+                                             ("bandwidth_bytes_per_s", args.bandwidth_bytes_per_s),
+                                             ("cpu_per_request_s", args.cpu_per_request_s)) if value is not None}
+    cost = CostModel(**given)
     chunk_bytes = None if args.chunk_bytes == "auto" else parse_bytes(args.chunk_bytes, "chunk_bytes")
     max_gap = None if args.max_gap_bytes is None else parse_bytes(args.max_gap_bytes, "max_gap_bytes")
     threads = None if args.threads == "auto" else _positive_int(args.threads, "threads")
@@ -91,8 +94,10 @@ def _plan(args) -> int:
         from ingest.io.autotune import tune_read, worth_probing
 
         if args.strategy == "auto" and worth_probing(layout):
+            # A model given on the command line is the one to plan with, not the header's timing.
             tuning, _ = tune_read(transport, layout, normalize(region, layout.shape), cost, probe=args.probe,
-                                  chunk_bytes=chunk_bytes, threads=threads, gap_bytes=max_gap, header=header)
+                                  chunk_bytes=chunk_bytes, threads=threads, gap_bytes=max_gap,
+                                  header=None if given else header, in_flight_max=args.max_in_flight)
             cost, chunk_bytes, threads = tuning.cost, tuning.chunk_bytes, tuning.threads
             args.strategy, max_gap = tuning.strategy, tuning.max_gap_bytes
     chunk_bytes = chunk_bytes or DEFAULT_CHUNK_BYTES
@@ -124,8 +129,9 @@ def _plan(args) -> int:
         print(f"bytes needed {format_bytes(plan.needed_bytes)}, on the wire {format_bytes(plan.wire_bytes)}, "
               f"read amplification {plan.amplification:.3f}")
     print(
-        f"predicted {summary['predicted_s']:.3f} s with {args.threads} threads "
-        f"(model: {cost.latency_s * 1e3:.2f} ms per request, {format_bytes(cost.bandwidth_bytes_per_s)}/s)"
+        f"predicted {summary['predicted_s']:.3f} s with {args.threads} in flight "
+        f"(model: {cost.latency_s * 1e3:.2f} ms per request, {format_bytes(cost.bandwidth_bytes_per_s)}/s, "
+        f"client CPU {cost.cpu_per_request_s * 1e6:.0f} µs per request)"
     )
     if args.regions_for is not None:
         _print_regions(args, layout, tuning)
@@ -218,10 +224,16 @@ def add_parser(sub) -> None:
     p.add_argument("--threads", default="auto", help="concurrent requests (auto: tuned by --probe, else 4)")
     p.add_argument("--probe", action="store_true",
                    help="measure the link's latency and bandwidth first and plan with the tuned settings")
-    p.add_argument("--latency-s", type=float, default=CostModel.latency_s, help="model: seconds per request")
-    p.add_argument(
-        "--bandwidth-bytes-per-s", type=float, default=CostModel.bandwidth_bytes_per_s, help="model: link bytes/s"
-    )
+    p.add_argument("--latency-s", type=float, default=None,
+                   help=f"model: seconds per request (default {CostModel.latency_s}, or what the header request "
+                        "took when no model option is given)")
+    p.add_argument("--bandwidth-bytes-per-s", type=float, default=None,
+                   help=f"model: link bytes/s (default {CostModel.bandwidth_bytes_per_s:g})")
+    p.add_argument("--cpu-per-request-s", type=float, default=None,
+                   help="model: client CPU seconds per request (BENCHMARKS.md: ~0.0001 native, ~0.0004 urllib3, "
+                        "~0.001 boto3; default: what the header request took)")
+    p.add_argument("--max-in-flight", type=int, default=None,
+                   help="most requests the tuner may keep in flight (default: 64 on the native engine, else 16)")
     p.add_argument("--requests", type=int, default=5, help="list the first N requests (default 5)")
     p.add_argument("--ranks", dest="regions_for", default=None, metavar="N",
                    help="also list the regions a job on N ranks splits the cube into, and which rank reads each")

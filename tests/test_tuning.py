@@ -236,3 +236,20 @@ def test_real_probe_measures_client_cpu(s3_server, s3_env):
     assert p.measured == ROUNDS
     assert 0 < p.cpu_per_request_s < 0.05 and p.cpu_per_byte_s >= 0
     assert p.latency_concurrency is not None and 1.0 <= p.latency_concurrency <= 4.0
+
+
+def test_cheap_requests_in_flight_move_the_seed001_plan_to_zero_waste():
+    """Seed 001's cube and box with the acacia model (2 ms, 75 MB/s): at urllib3's client CPU
+    (400 us per request, 16 threads) the fastest plan reads 88.7 GiB for the 32.6 GiB needed; at
+    the native engine's (100 us, up to 64 in flight) it is the zero-waste plan, and predicted faster."""
+    askap = Layout("askap", 0, (6668, 5851, 5851), -32, 0, 2880, 2880 + 6668 * 5851 * 5851 * 4)
+    sel = normalize((slice(2387, 4280), slice(1850, 4001), slice(1850, 4001)), askap.shape)
+    model = CostModel(latency_s=0.002, bandwidth_bytes_per_s=75e6)
+    threaded = choose(replace(model, cpu_per_request_s=400e-6), askap, sel)
+    native = choose(replace(model, cpu_per_request_s=100e-6), askap, sel, threads_max=64)
+    plan_of = lambda t: make_plan(askap, sel, strategy=t.strategy, chunk_bytes=t.chunk_bytes,  # noqa: E731
+                                  max_gap_bytes=t.max_gap_bytes)
+    assert plan_of(threaded).wire_bytes / plan_of(threaded).needed_bytes > 2.5
+    assert plan_of(native).wire_bytes == plan_of(native).needed_bytes and native.threads == 64
+    assert native.predicted_s < threaded.predicted_s
+    assert threaded.threads <= 16  # a thread per request in flight: never more than THREADS_MAX

@@ -23,6 +23,10 @@ MiB = 1 << 20
 CHUNK_CANDIDATES = tuple(MiB << k for k in range(7))  # 1 MiB .. 64 MiB
 THREAD_CANDIDATES = (1, 2, 4, 8, 16)  # seed 001 Fig. 6 / seed 003: gains flatten well before 16
 THREADS_MAX = THREAD_CANDIDATES[-1]
+# A concurrent engine (libcurl multi) keeps requests in flight without a thread each, so deeper
+# concurrency costs no threads: it is what lets many small requests hide a long latency.
+IN_FLIGHT_CANDIDATES = THREAD_CANDIDATES + (32, 64)
+IN_FLIGHT_MAX = IN_FLIGHT_CANDIDATES[-1]
 SCALING_FRACTION = 0.75  # k streams giving >= 0.75 k x one stream's bandwidth "add up"
 # The probe's figures move by tens of percent from one probe to the next on a busy machine, so
 # plans predicted within 10 % of the best are treated as equal, and among those the one nearest
@@ -126,11 +130,13 @@ def describe_probe(probe: LinkProbe, cost: CostModel, ranks_sharing: int = 1) ->
 
 
 def choose(cost: CostModel, layout: Layout, sel: Selection, *, chunk_bytes: int | None = None,
-           threads: int | None = None, gap_bytes: int | None = None, model: str = "configured cost model") -> Tuning:
+           threads: int | None = None, gap_bytes: int | None = None, model: str = "configured cost model",
+           threads_max: int = THREADS_MAX) -> Tuning:
     """The plan `cost` predicts fastest for reading `sel`. A value the user fixed (chunk_bytes /
-    threads not None) is kept and only the rest is searched. `model` says where `cost` came from."""
+    threads not None) is kept and only the rest is searched, with up to `threads_max` requests in
+    flight (IN_FLIGHT_MAX for a concurrent engine). `model` says where `cost` came from."""
     chunks = (chunk_bytes,) if chunk_bytes else CHUNK_CANDIDATES
-    threads_options = (threads,) if threads else THREAD_CANDIDATES
+    threads_options = (threads,) if threads else tuple(t for t in IN_FLIGHT_CANDIDATES if t <= max(1, threads_max))
     scored = [(plan.predicted_s(cost, t), t, plan.n_requests, name, gap, chunk)
               for name, gap, chunk, t, plan in _candidates(layout, sel, cost, chunks, threads_options, gap_bytes)]
     best_s = min(s[0] for s in scored)

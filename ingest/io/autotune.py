@@ -20,7 +20,7 @@ from ingest.core.plans import storage_of
 from ingest.io.probe import ASSUMED_CPU_PER_BYTE_S, PROBE_MIN_DATA_BYTES, MiB, LinkProbe, LinkProber
 from ingest.core.region import Selection
 from ingest.io.transports.base import Transport
-from ingest.core.tuning import Tuning, choose, cost_from_probe, describe_probe
+from ingest.core.tuning import IN_FLIGHT_MAX, THREADS_MAX, Tuning, choose, cost_from_probe, describe_probe
 
 # The benchmarks' target is auto within 5 % of the best plan, probe included.
 PROBE_BUDGET_FRACTION = 0.04
@@ -42,6 +42,11 @@ def hinted_cost(fallback: CostModel, header: HeaderTiming | None) -> CostModel:
                    cpu_per_byte_s=ASSUMED_CPU_PER_BYTE_S)
 
 
+def in_flight_limit(transport: Transport) -> int:
+    """The most requests worth keeping in flight: a concurrent engine's are free of threads."""
+    return IN_FLIGHT_MAX if getattr(transport, "concurrent", False) else THREADS_MAX
+
+
 def data_span(layout) -> tuple[int, int]:
     """(offset, bytes) of the object's range the probe may read: the data of a contiguous layout,
     or from a chunked dataset's first stored chunk to the end of its last."""
@@ -61,9 +66,11 @@ def worth_probing(layout) -> bool:
 def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: CostModel, *,
               probe: bool = True, chunk_bytes: int | None = None, threads: int | None = None,
               gap_bytes: int | None = None, ranks_sharing: int = 1, header: HeaderTiming | None = None,
-              budget_fraction: float = PROBE_BUDGET_FRACTION) -> tuple[Tuning, LinkProbe | None]:
+              budget_fraction: float = PROBE_BUDGET_FRACTION,
+              in_flight_max: int | None = None) -> tuple[Tuning, LinkProbe | None]:
     """(the chosen plan's settings, the probe or None when no round repaid itself). `sel` is the
-    (largest) box to read; `header` how the header request went."""
+    (largest) box to read; `header` how the header request went; `in_flight_max` the most
+    requests to keep in flight (default: what the transport's engine affords)."""
     needed = layout.itemsize
     for n in sel.counts:
         needed *= n
@@ -73,8 +80,11 @@ def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: Co
     model = (f"configured cost model ({cost.latency_s * 1e3:.3g} ms per request, {how}; "
              f"{cost.bandwidth_bytes_per_s / 1e6:g} MB/s)")
 
+    in_flight_max = in_flight_max or in_flight_limit(transport)
+
     def tune(cost: CostModel, model: str) -> Tuning:
-        return choose(cost, layout, sel, chunk_bytes=chunk_bytes, threads=threads, gap_bytes=gap_bytes, model=model)
+        return choose(cost, layout, sel, chunk_bytes=chunk_bytes, threads=threads, gap_bytes=gap_bytes, model=model,
+                      threads_max=in_flight_max)
 
     tuning = tune(cost, model)
     if not probe:
@@ -90,6 +100,6 @@ def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: Co
             break
         prober.run_round()
         link = prober.result()
-        cost = cost_from_probe(link, ranks_sharing=ranks_sharing)
+        cost = cost_from_probe(link, threads_max=in_flight_max, ranks_sharing=ranks_sharing)
         tuning = tune(cost, describe_probe(link, cost, ranks_sharing))
     return tuning, (prober.result() if prober.measured else None)
