@@ -236,3 +236,15 @@ def test_engine_script(tmp_path):
     assert all(cell["samples"][0]["bytes"] == large_bytes for cell in results["large"].values())
     assert set(results["targets"]) <= set(results["ratios"])
     assert all(math.isfinite(r["median"]) and r["median"] > 0 for r in results["ratios"].values())
+
+
+@pytest.mark.timeout(120)
+def test_staging_script(tmp_path):
+    out = _run(["-m", "bench.staging"], tmp_path)
+    assert "| s5cmd/ingest_urllib3 |" in out
+    results = _load(tmp_path, "staging")
+    assert set(results["candidates"]) == {"ingest_native", "ingest_urllib3", "s5cmd"}
+    for cell in results["candidates"].values():  # every copier wrote the whole object
+        assert all(s["bytes"] == results["object_bytes"] for s in cell["samples"])
+    assert set(results["targets"]) == {f"s5cmd/ingest_{results['stage_engine']}"}
+    assert all(math.isfinite(r["median"]) and r["median"] > 0 for r in results["ratios"].values())
