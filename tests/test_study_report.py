@@ -112,10 +112,10 @@ def test_every_figure_is_a_png_with_the_expected_series(tmp_path):
     rows, _ = db.load(os.path.join(write_db(tmp_path, full_rows()), db.DB_NAME))
     drawn = report.load_figures_module().draw_all(rows, str(tmp_path / "figures"))
     expected = {"fig1": [f"staging read: {S5CMD}", f"staging read: {INGEST_TOOL}"],
-                "fig2": ["S3 API (boto3)"],
-                "fig3": [f"staging total: {S5CMD} copy + read", "S3 API (boto3)"],
-                "fig6": ["presigned (urllib3)"],
-                "fig7": [f"staging total: {S5CMD} copy + read", "presigned (urllib3)"]}
+                "fig2": ["S3 API"],
+                "fig3": [f"staging total: {S5CMD} copy + read", "S3 API"],
+                "fig6": ["presigned URL"],
+                "fig7": [f"staging total: {S5CMD} copy + read", "presigned URL"]}
     assert {k: v[1] for k, v in drawn.items()} == expected
     for fig_id, (paths, _) in drawn.items():
         assert len(paths) == 1 and os.path.basename(paths[0]).startswith(fig_id)
@@ -136,9 +136,9 @@ def test_study_md_has_header_tables_and_figures(full_study):
         assert needle in text, needle
     assert "Not measured" in text and "every experiment has ok runs" in text
     # stability as seed 000: 10 attempts, 3 failed (2 failed + 1 timeout), 30.0 %
-    assert "| presigned (urllib3) | 10 | 3 | 30.0 |" in text
+    assert "| presigned URL | 10 | 3 | 30.0 |" in text
     # the failed s3 repeat is counted beside its cell and listed, its 1000 s in no median
-    assert "| S3 API (boto3) | 8 | 4 | 3/1 | 4.00 s (3.60–4.80 s)" in text
+    assert "| S3 API | 8 | 4 | 3/1 | 4.00 s (3.60–4.80 s)" in text
     assert "1000" not in text.split("### Failed and timed-out runs")[0]
     assert "boom \\| x" in text
 
@@ -146,9 +146,9 @@ def test_study_md_has_header_tables_and_figures(full_study):
 def test_recommendation_names_method_threads_strategy_crossover_layout(full_study):
     _, text = full_study
     rec = text.split("## Recommendation")[1].split("## Figures")[0]
-    assert "**Method: presigned (urllib3).** At p = 8" in rec and "3.00 s against 4.00 s" in rec
+    assert "**Method: presigned URL.** At p = 8" in rec and "3.00 s against 4.00 s" in rec
     assert "1.33× faster" in rec
-    assert "**4 threads per rank** for presigned (urllib3)" in rec  # 2.1 s is within 10% of 2.0 s at 8
+    assert "**4 threads per rank** for presigned URL" in rec  # 2.1 s is within 10% of 2.0 s at 8
     assert "**Strategy: auto**" in rec
     assert "**Direct ingest beats staging from p = 4 processes**" in rec
     assert "staging takes 3.33× the direct time" in rec  # p=8: s5cmd 10 s vs presigned 3 s
@@ -190,7 +190,7 @@ def test_missing_experiments_are_absent_not_zero(tmp_path):
 def test_links_label_series_and_split_the_recommendation(tmp_path):
     rows = _direct("s3", 1, 2.0) + _direct("s3", 1, 5.0, link="acacia") + _direct("presigned", 1, 1.0)
     labels = [s.label for s in summary.figure_series("fig2", rows)]
-    assert labels == ["S3 API (boto3) @ loopback", "S3 API (boto3) @ acacia"]
+    assert labels == ["S3 API @ loopback", "S3 API @ acacia"]
     text = report.render(rows, {"config": {"processes": {}}}, None)
     assert "### Link `acacia`" in text and "### Link `loopback`" in text
     assert "at the largest process count, p = 1, presigned has no ok run" in text  # acacia ran s3 only

@@ -74,6 +74,8 @@ def header(rows: list[dict], meta: dict) -> list[str]:
         f"{meta.get('finished_utc') or 'not finished (a partial study: missing points are said missing)'}",
         f"- boxes: {json.dumps(meta['boxes'])}" if "boxes" in meta else "- boxes: not recorded",
         f"- staging tools: {tools or 'none recorded'}",
+        "- request engines (engine = auto where the study ran): " + (", ".join(
+            f"{m} on {e}" for m, e in (meta.get("engines") or {}).items()) or "not recorded"),
         f"- link profiles: {', '.join(S.links(rows)) or 'none'}",
         f"- runs: {len(rows)} ({statuses['ok']} ok, {statuses['failed']} failed, {statuses['timeout']} timed out); "
         f"cells: {len(cells)} ({all_ok} all repeats ok, {len(cells) - all_ok - none_ok} with some failed, "

@@ -96,11 +96,13 @@ class Study:
 
     def write_meta(self) -> None:
         from ingest.io.stage_tools import tool_version
+        from ingest.io.transports import resolved_engine
 
         for key, value in (("config", self.cfg.raw), ("cube", self.cube), ("launcher", self.launcher),
                            ("boxes", {"count": self.boxes, "grid": self.grid}), ("host", socket.gethostname()),
                            ("staging_tools", [{**tool_version(t), "stage_with": t} for t in self.stage_tools]),
-                           ("links", sorted(self.setting.links) or ["loopback"])):
+                           ("links", sorted(self.setting.links) or ["loopback"]),
+                           ("engines", {m: resolved_engine(m, "auto") for m in ("presigned", "s3")})):
             db.set_meta(self.conn, key, value)
         if db.get_meta(self.conn, "started_utc") is None:
             db.set_meta(self.conn, "started_utc", _utc_now())

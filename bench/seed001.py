@@ -1,0 +1,97 @@
+"""Seed 001's box, scaled, on the acacia profile: the self-tuned read on the native engine vs on
+urllib3 (the plan ingest chose before the native engine), side by side.
+
+The box is seed 001's subcube in proportion (2151/5851 of each spatial side, 1893/6668 of the
+channels, centred) of a cube of many modest planes, so its rows are short and far apart, as in
+the study: the cheap requests of the native engine let the tuner read fewer wasted bytes. Both
+reads run as the MPI driver does (header, probe, choose, read) and are checked value for value.
+Targets (issue 12): native wire bytes <= 1.3x the needed bytes, and native time <= urllib3's.
+
+    python -m bench.seed001 [--size-mib 256] [--profiles acacia]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+if __package__ in (None, ""):  # run as a file: make `bench` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np
+
+from bench import common, links, reads
+from bench.strategies import strategy_shape
+from ingest.units import MiB
+
+NAME = "seed001"
+ENGINES = ("native", "urllib3")
+WIRE_TARGET = 1.3
+TIME_TARGET = 1.0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.seed001", description=__doc__.splitlines()[0])
+    common.add_common_arguments(parser, size_mib=256)
+    parser.add_argument("--profiles", default="acacia", help="link profiles (default acacia)")
+    return parser
+
+
+SIZES = {"size_mib": (256, 64)}
+
+
+def _candidate(engine: str, url: str, region, want: np.ndarray) -> common.Candidate:
+    def run() -> dict:
+        read = reads.tuned_read(url, region, method="presigned", engine=engine)
+        reads.check_same(read.data, want, f"seed001 {engine}")
+        return {"elapsed_s": read.elapsed_s, "requests": read.requests, "wire_bytes": read.wire_bytes,
+                "choice": reads.choice_text(read.record)}
+    return common.Candidate(engine, run, {"engine": engine})
+
+
+def run(env: common.BenchEnv, args) -> dict:
+    args = common.settle(args, **SIZES)
+    shape = strategy_shape(args.size_mib * MiB)
+    cube = env.cube(0, shape=shape)
+    region = reads.seed001_box(shape)
+    want = reads.expected(cube, region)
+    needed = want.nbytes
+    results: dict = {"shape": list(shape), "box": reads.region_text(region), "needed_bytes": needed, "cells": {},
+                     "ratios": {}, "targets": {}}
+    for profile in links.parse_profiles(args.profiles):
+        url = env.presign(cube, profile=profile)
+        cell = common.run_interleaved([_candidate(e, url, region, want) for e in ENGINES], args.repeats,
+                                      args.warmup, common.logger(args))
+        results["cells"][profile] = cell
+        wire = [s["wire_bytes"] / needed for s in cell["native"]["samples"]]
+        results["ratios"][f"{profile}:native_wire/needed"] = {**common.stats(wire), "samples": wire}
+        results["targets"][f"{profile}:native_wire/needed"] = common.target("<=", WIRE_TARGET)
+        key = f"{profile}:native_time/urllib3_time"
+        results["ratios"][key] = common.paired_ratio(cell, "native", "urllib3", "elapsed_s")
+        results["targets"][key] = common.target("<=", TIME_TARGET)
+        urllib3_wire = [s["wire_bytes"] / needed for s in cell["urllib3"]["samples"]]
+        results["ratios"][f"{profile}:urllib3_wire/needed"] = {**common.stats(urllib3_wire), "samples": urllib3_wire}
+    return results
+
+
+def to_markdown(results: dict) -> str:
+    lines = [f"### Seed 001's box, scaled: {results['box']} of {tuple(results['shape'])} float32 "
+             f"({results['needed_bytes'] / MiB:.1f} MiB needed)"]
+    for profile, cell in results["cells"].items():
+        rows = [[name, c["samples"][-1]["choice"], common.spread(c["summary"]["elapsed_s"], "{:.3f}"),
+                 common.spread(c["summary"]["requests"], "{:.0f}"),
+                 common.spread(c["summary"]["wire_bytes"], "{:.1f}", MiB)] for name, c in cell.items()]
+        lines += ["", f"`{profile}`:", "", common.markdown_table(
+            ["engine", "tuner's choice (last round)", "elapsed s", "requests", "wire MiB"], rows)]
+    rows = [[k, common.spread(r), common.target_text(results["targets"].get(k)),
+             common.verdict(r, results["targets"].get(k))] for k, r in results["ratios"].items()]
+    lines += ["", common.markdown_table(["ratio", "median (min-max)", "target", "verdict"], rows)]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    return common.bench_main(sys.modules[__name__], argv, **SIZES)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
