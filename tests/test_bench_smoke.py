@@ -241,7 +241,7 @@ def test_engine_script(tmp_path):
 @pytest.mark.timeout(120)
 def test_staging_script(tmp_path):
     out = _run(["-m", "bench.staging"], tmp_path)
-    assert "| s5cmd/ingest_urllib3 |" in out
+    assert "| s5cmd/ingest_native |" in out
     results = _load(tmp_path, "staging")
     assert set(results["candidates"]) == {"ingest_native", "ingest_urllib3", "s5cmd"}
     for cell in results["candidates"].values():  # every copier wrote the whole object

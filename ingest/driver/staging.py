@@ -85,9 +85,8 @@ def measure_staging(comm, cfg: RunConfig, job: Job) -> dict:
         error = _root_copies(comm, command, tmp_path, job)  # removes its files itself on failure
     else:
         try:
-            options = transport_options(cfg)
-            options["engine"] = staging.bulk_engine(cfg.engine)
-            with open_transport(job.read_source, job.method, threads=job.settings.threads, **options) as source:
+            with open_transport(job.read_source, job.method, threads=job.settings.threads,
+                                **transport_options(cfg)) as source:
                 source.adopt(job.info)
                 staging.download_part(source, tmp_path, rank, size, chunk_bytes=job.settings.chunk_bytes,
                                        threads=job.settings.threads)

@@ -62,4 +62,5 @@ def execute_chunks(plan: ChunkPlan, index: ChunkIndex, filters, dtype: np.dtype,
 
     largest = int(plan.req_nbytes.max()) if plan.n_requests else 0
     return run_requests(plan.n_requests, do_one, transport, needed_bytes=out.nbytes, buffer_bytes=largest,
+                        wire_bytes=int(plan.req_nbytes.sum()),
                         threads=threads, progress=progress, retry=retry, order=order)

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ingest.core.planner import Plan
+from ingest.core.tuning import THREADS_MAX
 from ingest.io.destination import ArrayDestination, Destination
 from ingest.io.retry import FaultLog, RetryPolicy, read_with_retries
-from ingest.io.transports.base import Transport
+from ingest.io.transports.base import BULK_READ_BYTES, Transport
 
 
 @dataclass
@@ -101,6 +102,7 @@ def execute(
     dest = array if isinstance(array, Destination) else ArrayDestination(array, plan.lattice)
     return run_requests(plan.n_requests, lambda i, worker: _run_one(plan, dest, i, worker), transport,
                         needed_bytes=plan.needed_bytes, buffer_bytes=min(plan.chunk_bytes, plan.wire_bytes),
+                        wire_bytes=plan.wire_bytes,
                         threads=threads, progress=progress, retry=retry, order=order)
 
 
@@ -115,7 +117,8 @@ def request_order(n: int, order: str) -> np.ndarray | range:
 
 
 def run_requests(n: int, do_one, transport: Transport, *, needed_bytes: int, buffer_bytes: int, threads: int = 1,
-                 progress=None, retry: RetryPolicy = RetryPolicy(), order: str = "sequential") -> ReadStats:
+                 progress=None, retry: RetryPolicy = RetryPolicy(), order: str = "sequential",
+                 wire_bytes: int | None = None) -> ReadStats:
     """Run requests 0..n-1 with `threads` in flight, in `order`.
 
     `do_one(i, worker)` returns request i as a generator: it yields each read it needs as
@@ -130,12 +133,17 @@ def run_requests(n: int, do_one, transport: Transport, *, needed_bytes: int, buf
     faults = FaultLog()
     sequence = request_order(n, order)
     t0 = time.perf_counter()
-    if getattr(transport, "concurrent", False) and n > 0:
+    # Many small requests go to a concurrent transport's one-thread loop; bulk ones (large on
+    # average) to threads, where the transport's read_into copies them in parallel.
+    wire_bytes = needed_bytes if wire_bytes is None else wire_bytes
+    if getattr(transport, "concurrent", False) and n > 0 and wire_bytes < n * BULK_READ_BYTES:
         from ingest.io.multi import run_concurrent
 
         run_concurrent(sequence, do_one, transport, stats, faults, t0, depth=max(1, threads),
                        buffer_bytes=buffer_bytes, progress=progress, retry=retry)
     else:
+        if getattr(transport, "concurrent", False):
+            threads = min(threads, THREADS_MAX)  # its deeper concurrency is for small requests
         _run_threaded(sequence, do_one, transport, stats, faults, t0, threads=threads, buffer_bytes=buffer_bytes,
                       progress=progress, retry=retry)
     return stats

@@ -42,15 +42,6 @@ PAGE_BYTES = 4096  # parts are written through mmap, which dirties whole pages
 TMP_SUFFIX = ".part"
 
 
-def bulk_engine(engine: str) -> str:
-    """The engine a staging download uses for `engine`: with auto, the reference transports.
-    A few large requests are bound by copying bytes, not by issuing requests: urllib3's threads
-    read straight from the socket into the mapped file in parallel, while libcurl's callbacks
-    copy each body twice under the GIL (bench/staging.py, 1 GiB on loopback: urllib3 1.29x
-    s5cmd's throughput, native 1.00x)."""
-    return "urllib3" if engine == "auto" else engine
-
-
 def contiguous_plan(offset: int, nbytes: int, chunk_bytes: int) -> Plan:
     """A plan reading bytes [offset, offset+nbytes) as one run in requests of <= chunk_bytes."""
     if chunk_bytes < 1:

@@ -11,6 +11,11 @@ from dataclasses import dataclass
 
 from ingest.errors import TransportError
 
+# Reads at least this large are bulk: bound by copying bytes, not by issuing requests. A
+# concurrent transport (the native engine) takes many small reads in flight from one thread and
+# leaves bulk reads to threads that receive straight into their buffers in parallel.
+BULK_READ_BYTES = 4 << 20
+
 
 @dataclass(frozen=True)
 class ObjectInfo:

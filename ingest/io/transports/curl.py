@@ -21,7 +21,7 @@ import time
 
 from ingest.errors import RangeNotSupportedError, RetryableError, TransportError
 from ingest.io.presign import parse_s3_uri, presign_url, scrub
-from ingest.io.transports.base import ObjectInfo
+from ingest.io.transports.base import BULK_READ_BYTES, ObjectInfo
 from ingest.io.transports.http import HttpTransport
 from ingest.io.transports.httpbody import check_content_range, range_header
 
@@ -126,8 +126,8 @@ class CurlTransport(HttpTransport):
         problem = native_engine_error()
         if problem:
             raise TransportError(f"engine: the native engine cannot run: {problem}")
-        # The parent's urllib3 pool is never used for reads; keep it small.
-        super().__init__(source, threads=1, connect_timeout_s=connect_timeout_s, read_timeout_s=read_timeout_s,
+        # The parent's urllib3 pool carries the bulk reads (see read_into), one connection a thread.
+        super().__init__(source, threads=threads, connect_timeout_s=connect_timeout_s, read_timeout_s=read_timeout_s,
                          verify_tls=verify_tls, ca_bundle=ca_bundle, refresh_url=refresh_url)
         self.threads = threads
         # The read timeout is the session's (no bytes for this long): libcurl's own low-speed
@@ -228,6 +228,12 @@ class CurlTransport(HttpTransport):
         return ObjectInfo(total, transfer.header(b"etag"), transfer.header(b"last-modified"))
 
     def read_into(self, buffer: memoryview, offset: int) -> float:
+        """One read on this thread. A bulk read goes through the parent's urllib3 pool, which
+        receives straight from the socket into `buffer` with the GIL released, so bulk reads on
+        several threads copy in parallel; libcurl's callbacks would copy each body twice under
+        the GIL (bench/staging.py). Requests are what libcurl makes cheap, not bytes."""
+        if len(buffer) >= BULK_READ_BYTES:
+            return super().read_into(buffer, offset)
         return self._one(buffer, offset)[0]
 
     def _one(self, buffer: memoryview, offset: int) -> tuple[float, _Transfer]:
