@@ -473,6 +473,13 @@ def markdown_table(headers: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+def ratios_table(ratios: dict, targets: dict, label: str = "ratio") -> str:
+    """The markdown table of named ratios with their targets and verdicts ('-' where untargeted)."""
+    rows = [[name, spread(r), target_text(targets.get(name)), verdict(r, targets.get(name))]
+            for name, r in ratios.items()]
+    return markdown_table([label, "median (min-max)", "target", "verdict"], rows)
+
+
 def spread(st: dict, fmt: str = "{:.2f}", scale: float = 1.0) -> str:
     """'median (min-max)' of a stats dict, each divided by scale (e.g. MiB)."""
     if not st or st.get("median") is None:

@@ -180,10 +180,7 @@ def to_markdown(results: dict) -> str:
                   [[name, common.spread(common.stats(_per(cell["samples"], "cpu_s", "bytes", common.GiB))),
                     common.spread(common.stats([s["bytes"] / s["elapsed_s"] / common.GiB for s in cell["samples"]]))]
                    for name, cell in large.items()])]
-    targets = results["targets"]
-    rows = [[name, common.spread(r), common.target_text(targets.get(name)), common.verdict(r, targets.get(name))]
-            for name, r in results["ratios"].items()]
-    lines += ["", common.markdown_table(["ratio", "median (min-max)", "target", "verdict"], rows)]
+    lines += ["", common.ratios_table(results["ratios"], results["targets"])]
     return "\n".join(lines)
 
 

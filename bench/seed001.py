@@ -85,9 +85,7 @@ def to_markdown(results: dict) -> str:
                  common.spread(c["summary"]["wire_bytes"], "{:.1f}", MiB)] for name, c in cell.items()]
         lines += ["", f"`{profile}`:", "", common.markdown_table(
             ["engine", "tuner's choice (last round)", "elapsed s", "requests", "wire MiB"], rows)]
-    rows = [[k, common.spread(r), common.target_text(results["targets"].get(k)),
-             common.verdict(r, results["targets"].get(k))] for k, r in results["ratios"].items()]
-    lines += ["", common.markdown_table(["ratio", "median (min-max)", "target", "verdict"], rows)]
+    lines += ["", common.ratios_table(results["ratios"], results["targets"])]
     return "\n".join(lines)
 
 

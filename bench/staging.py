@@ -99,11 +99,9 @@ def to_markdown(results: dict) -> str:
     rows = [[name, common.spread(cell["summary"]["elapsed_s"], "{:.3f}"),
              common.spread(common.stats([s["bytes"] / s["elapsed_s"] / common.GiB for s in cell["samples"]]))]
             for name, cell in c.items()]
-    ratios = [[name, common.spread(r), common.target_text(results["targets"].get(name)),
-               common.verdict(r, results["targets"].get(name))] for name, r in results["ratios"].items()]
     return "\n".join([f"### Staging download: {results['object_bytes'] / MiB:.0f} MiB object to a local file, loopback",
                       "", common.markdown_table(["copier", "elapsed s", "GiB/s"], rows), "",
-                      common.markdown_table(["time ratio", "median (min-max)", "target", "verdict"], ratios)])
+                      common.ratios_table(results["ratios"], results["targets"], "time ratio")])
 
 
 def main(argv=None) -> int:

@@ -80,6 +80,10 @@ def _info(args) -> int:
 
 def _plan(args) -> int:
     args.source = source_argument(args.source)
+    if args.max_in_flight is not None and args.max_in_flight < 1:
+        raise ConfigError(f"max_in_flight: expected a whole number >= 1, got {args.max_in_flight}")
+    if args.cpu_per_request_s is not None and not args.cpu_per_request_s >= 0:
+        raise ConfigError(f"cpu_per_request_s: expected seconds >= 0, got {args.cpu_per_request_s!r}")
     given = {name: value for name, value in (("latency_s", args.latency_s),
                                              ("bandwidth_bytes_per_s", args.bandwidth_bytes_per_s),
                                              ("cpu_per_request_s", args.cpu_per_request_s)) if value is not None}

@@ -199,6 +199,10 @@ def test_bad_input_to_single_process_commands(cube, tmp_path, capsys):
     assert main(["plan", cube["path"], "--region", "0:999"]) == 1
     err = capsys.readouterr().err
     assert "region" in err and "outside" in err
+    assert main(["plan", cube["path"], "--max-in-flight", "0"]) == 1
+    assert "max_in_flight: expected a whole number >= 1, got 0" in capsys.readouterr().err
+    assert main(["plan", cube["path"], "--cpu-per-request-s", "-1"]) == 1
+    assert "cpu_per_request_s: expected seconds >= 0" in capsys.readouterr().err
     assert main(["info", cube["path"] + ".missing"]) == 1
     assert cube["path"] + ".missing" in capsys.readouterr().err
     assert main(["info", cube["path"], "--hdu", "5"]) == 1

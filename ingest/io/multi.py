@@ -22,12 +22,12 @@ IDLE_WAIT_S = 1.0  # longest single wait on the session; transfers have their ow
 
 
 class _Live:
-    """One request in flight: its generator, its worker, its current read's retry state."""
+    """One request in flight: its generator, its current read's retry state, its timings."""
 
-    __slots__ = ("request", "worker", "attempts", "t_req", "first_byte_s")
+    __slots__ = ("request", "attempts", "t_req", "first_byte_s")
 
-    def __init__(self, request, worker, t_req: float):
-        self.request, self.worker, self.t_req = request, worker, t_req
+    def __init__(self, request, t_req: float):
+        self.request, self.t_req = request, t_req
         self.attempts: Attempts | None = None
         self.first_byte_s: float | None = None
 
@@ -66,7 +66,7 @@ def run_concurrent(sequence, do_one, transport, stats, faults: FaultLog, t0: flo
         while next_i < n or live:
             while next_i < n and free_slots:
                 slot = free_slots.pop()
-                live[slot] = _Live(do_one(int(sequence[next_i]), workers[slot]), workers[slot], time.perf_counter())
+                live[slot] = _Live(do_one(int(sequence[next_i]), workers[slot]), time.perf_counter())
                 next_i += 1
                 advance(slot, None)
             now = time.monotonic()

@@ -30,6 +30,9 @@ class Transport(abc.ABC):
     """Reads byte ranges of one object. Thread-safe: executor threads share one instance."""
 
     name = "abstract"
+    # True when the transport also offers open_session(depth): many reads in flight from one
+    # thread (ingest.io.multi); the executor then takes small requests there.
+    concurrent = False
 
     def __init__(self, source: str, *, threads: int = 1):
         self.source = source
