@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,13 +97,16 @@ class TunedRead:
         return self.elapsed_s - self.probe_s
 
 
-def tuned_read(source: str, region, *, method: str, dataset: str | None = None, **transport_options) -> TunedRead:
+def tuned_read(source: str, region, *, method: str, dataset: str | None = None, overrides: dict | None = None,
+               **transport_options) -> TunedRead:
     """Read `region` as `python -m ingest run` does with strategy auto and threads/chunk on auto
     (ingest.driver.job._tuned): open a transport for the probe, read the header (timed: the
     tuner's first latency and CPU per request), tune the read with ingest.io.autotune.tune_read (the
     probe rounds that fit its budget, then the plan the cost model predicts fastest), then read with
     the chosen strategy, threads, request size and gap on a transport sized for them (rank 0's
-    probe transport is not the ranks' read transport in the driver either)."""
+    probe transport is not the ranks' read transport in the driver either). `overrides` replaces
+    some of the tuner's choices (strategy, threads, chunk_bytes, max_gap_bytes) after the same
+    probe: a manual plan timed exactly as the tuned one."""
     from ingest.io.autotune import tune_read
     from ingest.formats.reader import read_any_layout_timed
     from ingest.core.planner import CostModel
@@ -116,6 +120,8 @@ def tuned_read(source: str, region, *, method: str, dataset: str | None = None, 
         t_tune = time.perf_counter()
         tuning, link = tune_read(transport, layout, sel, CostModel(), header=header)
         tune_s = time.perf_counter() - t_tune
+        if overrides:
+            tuning = dataclasses.replace(tuning, **overrides, reason="overridden: " + ", ".join(sorted(overrides)))
     with open_transport(source, method, threads=tuning.threads, **transport_options) as transport:
         transport.adopt(info)
         sel, plan = plan_read(layout, region, strategy=tuning.strategy, chunk_bytes=tuning.chunk_bytes,

@@ -100,6 +100,11 @@ KillWait=5
 NodeName=localnode NodeAddr=127.0.0.1 NodeHostname=$host CPUs=32 State=UNKNOWN
 PartitionName=local Nodes=localnode Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
+  # The pmix plugin's per-step client directories default to /tmp/spmix_appdir_<uid>_<job>.<step>;
+  # job ids restart at 1 with every fresh cluster, so one left by a killed step makes that step
+  # fail to launch in every later cluster ("File exists"). Keep them in this cluster's directory.
+  mkdir -p "$dir/pmix"
+  echo "PMIxCliTmpDirBase=$dir/pmix" >"$(dirname "$conf")/mpi.conf"
   # Let a plain `sbatch` (no SLURM_CONF) find it, unless the machine has a slurm.conf of its own.
   if [ ! -e /etc/slurm/slurm.conf ] || [ "$(readlink /etc/slurm/slurm.conf)" = "$conf" ]; then
     $SUDO mkdir -p /etc/slurm && $SUDO ln -sfn "$conf" /etc/slurm/slurm.conf && touch "$dir/run/link.ours"

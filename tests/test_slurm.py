@@ -58,7 +58,8 @@ class Slurm:
                         f"{_tail(self.dir / 'log' / 'slurmctld.log')}")
 
     def logs(self) -> str:
-        return f"slurmd log:\n{_tail(self.dir / 'log' / 'slurmd.log')}"
+        return (f"slurmctld log:\n{_tail(self.dir / 'log' / 'slurmctld.log')}\n"
+                f"slurmd log:\n{_tail(self.dir / 'log' / 'slurmd.log')}")
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +91,17 @@ def test_srun_gives_one_world_of_n_tasks(slurm):
         f"srun -n {N_TASKS} {sys.executable} -c "
         "\"from mpi4py import MPI; c = MPI.COMM_WORLD; print(c.rank, c.size, flush=True)\"\n"
     )
+    # A step directory a killed earlier cluster left in /tmp (job ids restart at 1 in every
+    # cluster) must not stop this job's first step: the cluster keeps PMIx's in its own dir.
+    stale = Path(tempfile.gettempdir()) / f"spmix_appdir_{os.getuid()}_1.0"
+    planted = not stale.exists()
+    stale.mkdir(exist_ok=True)
     t0 = time.monotonic()
-    submitted = slurm.run(["sbatch", "--wait", "--parsable", str(job)], "sbatch --wait")
+    try:
+        submitted = slurm.run(["sbatch", "--wait", "--parsable", str(job)], "sbatch --wait")
+    finally:
+        if planted:
+            shutil.rmtree(stale, ignore_errors=True)
     output = _tail(out_file)
     assert submitted.returncode == 0, (
         f"job failed (sbatch rc {submitted.returncode}): {submitted.stderr}\njob output:\n{output}\n{slurm.logs()}")
@@ -139,8 +149,11 @@ def test_study_sbatch_runs_the_local_study_as_srun_steps(slurm, tmp_path):
                            "--time", "15", "--output", str(out_file), str(REPO / "jobs" / "study.sbatch")],
                           "sbatch study", env=env, budget_s=900)
     output = _tail(out_file, 6000)
-    assert submitted.returncode == 0, f"job failed: {submitted.stderr}\njob output:\n{output}\n{slurm.logs()}"
-    rows, meta = db.load(str(out / db.DB_NAME))
+    # the study exits non-zero when a cell failed: name the cells and their stderr first
+    rows, meta = db.load(str(out / db.DB_NAME)) if (out / db.DB_NAME).exists() else ([], {})
+    failed = [(r["cell"], r["repeat"], r["exit_status"], r["stderr_head"]) for r in rows if r["status"] != "ok"]
+    assert submitted.returncode == 0, (f"job failed: {submitted.stderr}\nfailed cells: {failed}\n"
+                                       f"job output:\n{output}\n{slurm.logs()}")
     cfg = load_config(str(config))
     cells = build_cells(cfg, grid="x", boxes=default_boxes(cfg), stage_tools=staging_tools(["auto"]))
     assert {(r["cell"], r["repeat"]) for r in rows} == {(c.name, rep) for _, c, rep in schedule(cells)}

@@ -154,6 +154,10 @@ def test_a_failed_cell_is_recorded_and_the_study_goes_on(study_source, s3_server
     study_md = (tmp_path / "out" / "STUDY.md").read_text()
     assert "runs: 4 (2 ok, 2 failed, 0 timed out)" in study_md
     assert "threads: expected an integer in 1..1024 (threads), got '5000'" in study_md  # the job's own error
+    # the progress log says why at once, not only in STUDY.md at the end
+    failed_lines = [line for line in proc.stderr.splitlines() if "t5000 r" in line]
+    assert len(failed_lines) == 2 and all("failed in" in line and "(exit status" in line
+                                          and "got '5000'" in line for line in failed_lines), failed_lines
 
 
 def test_changed_config_in_the_same_directory_is_refused(study_source, s3_server, tmp_path):

@@ -247,7 +247,17 @@ def progress_line(done: int, total: int, elapsed_s: float, name: str, repeat: in
     what = f"{row['status']} in {row['runtime_s']:.1f} s"
     if row["status"] == "ok" and row.get("elapsed_s") is not None:
         what += f" (measured {row['elapsed_s']:.3f} s)"
+    elif row["status"] != "ok":
+        what += f" (exit status {row['exit_status']}): {_why(row.get('stderr_head'))}"
     return f"[{done}/{total}] {name} r{repeat}: {what} · {left} left, ETA {_duration(eta_s)}"
+
+
+def _why(text: str | None, max_chars: int = 300) -> str:
+    """The stderr line that says why, for the progress log: the last naming an error (ingest's,
+    a traceback's, srun's), not the launcher's banner after it; else the last with words."""
+    lines = [line.strip() for line in (text or "").splitlines() if any(c.isalpha() for c in line)]
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or ["(no stderr)"])[-1][:max_chars]
 
 
 def _duration(seconds: float) -> str:
