@@ -1,4 +1,5 @@
 """The self-tuner: pure rules over probe results, and a real probe against the local server."""
+import threading
 import time
 from dataclasses import replace
 
@@ -7,14 +8,15 @@ from astropy.io import fits
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.io.autotune import tune_read
+from ingest.io.autotune import overlap_at_stake_s, tune_read
 from ingest.formats.fits import Layout
 from ingest.core.planner import STRATEGIES, CostModel, make_plan
 from ingest.formats.reader import HeaderTiming, read_layout, read_layout_timed
-from ingest.io.probe import MIN_PROBE_READ_BYTES, ROUNDS, LinkProbe, LinkProber, probe_link
+from ingest.io.probe import (LATENCY_THREADS, LATENCY_WAVE, MIN_PROBE_READ_BYTES, ROUNDS, LinkProbe, LinkProber,
+                             probe_link)
 from ingest.core.region import normalize
 from ingest.io.transports import MemoryTransport, open_transport
-from ingest.core.tuning import CHUNK_CANDIDATES, NEAR_BEST, THREAD_CANDIDATES, choose, cost_from_probe
+from ingest.core.tuning import CHUNK_CANDIDATES, NEAR_BEST, THREAD_CANDIDATES, THREADS_MAX, choose, cost_from_probe
 
 MiB = 1 << 20
 
@@ -129,14 +131,17 @@ def test_probe_reads_stay_inside_the_data():
         probe_link(MemoryTransport(b"x" * 5000), 0, 5000)
 
 
-def test_real_probe_against_the_local_server(s3_server, s3_env):
-    bucket = s3_server.make_bucket("probe-bucket")
+def test_real_probe_against_the_local_server(s3_server, s3_env, engine):
+    bucket = s3_server.make_bucket(f"probe-{engine}")  # the server is the session's
     s3_server.client().put_object(Bucket=bucket, Key="blob", Body=bytes(24 * MiB))
-    with open_transport(f"s3://{bucket}/blob", threads=2) as t:
+    with open_transport(f"s3://{bucket}/blob", threads=2, engine=engine) as t:
         p = probe_link(t, 0, 24 * MiB)
     assert 0 < p.latency_s < 1.0
     assert p.stream_bandwidth_bytes_per_s > 1e6 and p.parallel_bandwidth_bytes_per_s > 1e6
-    assert p.probe_bytes <= 24 * MiB + 64 * 1024  # 3 large reads fill the data, plus a few 4 KiB ones
+    # 3 large reads fill the data, plus 2 + 2 waves of 4 KiB ones (LATENCY_WAVE deep on the native engine)
+    assert p.probe_bytes <= 24 * MiB + (2 + 2 * max(LATENCY_WAVE, LATENCY_THREADS)) * 4096
+    assert p.latency_wave == (LATENCY_WAVE if t.concurrent else LATENCY_THREADS)
+    assert 0 < p.cpu_per_request_s < 0.05 and 1.0 <= p.latency_concurrency <= p.latency_wave
 
 
 def test_fixed_threads_beyond_the_request_count_is_kept():
@@ -253,3 +258,52 @@ def test_cheap_requests_in_flight_move_the_seed001_plan_to_zero_waste():
     assert plan_of(native).wire_bytes == plan_of(native).needed_bytes and native.threads == 64
     assert native.predicted_s < threaded.predicted_s
     assert threaded.threads <= 16  # a thread per request in flight: never more than THREADS_MAX
+
+
+class SerialTransport(SlowTransport):
+    """Requests that do not overlap, however many are in flight: the "latency" is a busy
+    server's CPU on the cores the client shares (loopback on two cores)."""
+
+    def __init__(self, blob: bytes, latency_s: float):
+        super().__init__(blob, latency_s)
+        self._one_at_a_time = threading.Lock()
+
+    def read_into(self, buffer, offset):
+        with self._one_at_a_time:
+            return super().read_into(buffer, offset)
+
+
+def test_overlap_the_plan_leans_on_is_measured_even_past_the_budget():
+    """A plan of many requests in flight is only as good as the overlap it assumes: when the
+    4 % budget would stop before the latency round, but the chosen plan would lose more than the
+    round costs if latencies did not overlap, the round runs and the plan follows what it saw."""
+    layout, blob = cube_blob(64)
+    sel = normalize((slice(0, 64), slice(0, 1), slice(0, 8)), layout.shape)  # 32 B in each of 64 planes
+    header, fast = HeaderTiming(0.002, 0.0), CostModel(bandwidth_bytes_per_s=3e9)  # loopback-like
+    assumed = tune_read(SerialTransport(blob, 0.002), layout, sel, fast, header=header, probe=False)[0]
+    stake = overlap_at_stake_s(assumed, assumed.cost, layout, sel,
+                               lambda c: choose(c, layout, sel, threads_max=assumed.threads))
+    assert assumed.threads > 1 and stake > 4 * 0.002  # it leans on overlap; the round costs ~4 latencies
+    tuning, probe = tune_read(SerialTransport(blob, 0.002), layout, sel, fast, header=header)
+    assert "latency" in probe.measured and probe.latency_concurrency < 1.5
+    assert tuning.cost.latency_concurrency is not None
+    assert make_plan(layout, sel, strategy=tuning.strategy, chunk_bytes=tuning.chunk_bytes,
+                     max_gap_bytes=tuning.max_gap_bytes).n_requests < make_plan(
+        layout, sel, strategy=assumed.strategy, chunk_bytes=assumed.chunk_bytes,
+        max_gap_bytes=assumed.max_gap_bytes).n_requests
+    # measured overlap leaves nothing at stake
+    assert overlap_at_stake_s(tuning, tuning.cost, layout, sel, lambda c: choose(c, layout, sel)) == 0.0
+
+
+def test_deeper_than_sixteen_in_flight_only_on_measured_overlap():
+    """A concurrent engine may keep 64 requests in flight, but unprobed, the tuner does not bet
+    on overlap at 64 that no round has seen; a caller's explicit limit is taken as given."""
+    layout, blob = cube_blob(64)
+    sel = normalize((slice(0, 64), slice(0, 1), slice(0, 1)), layout.shape)  # one pixel per plane
+    concurrent = SlowTransport(blob, 0.05)
+    concurrent.concurrent = True
+    slow = CostModel(latency_s=0.05)
+    assumed, _ = tune_read(concurrent, layout, sel, slow, probe=False)
+    assert assumed.threads == THREADS_MAX
+    given, _ = tune_read(concurrent, layout, sel, slow, probe=False, in_flight_max=64)
+    assert given.threads == 64

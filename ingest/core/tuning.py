@@ -71,10 +71,10 @@ def streams_add_up(probe: LinkProbe) -> bool:
     return probe.scaling >= SCALING_FRACTION * probe.streams
 
 
-def overlap_of(measured: float | None) -> float | None:
+def overlap_of(measured: float | None, wave: int = LATENCY_THREADS) -> float | None:
     """How many requests' latencies overlap: the probe's measure when it saw them serialize
-    (LATENCY_THREADS is the most it can see; near that, no limit is known: None)."""
-    return measured if measured is not None and measured < 0.9 * LATENCY_THREADS else None
+    (`wave` requests at once is the most it can see; near that, no limit is known: None)."""
+    return measured if measured is not None and measured < 0.9 * wave else None
 
 
 def cost_from_probe(probe: LinkProbe, threads_max: int = THREADS_MAX, ranks_sharing: int = 1) -> CostModel:
@@ -90,7 +90,7 @@ def cost_from_probe(probe: LinkProbe, threads_max: int = THREADS_MAX, ranks_shar
         link = max(per_stream, probe.parallel_bandwidth_bytes_per_s) / max(1, ranks_sharing)
     return CostModel(latency_s=probe.latency_s, bandwidth_bytes_per_s=link,
                      stream_bandwidth_bytes_per_s=min(per_stream, link),
-                     latency_concurrency=overlap_of(probe.latency_concurrency),
+                     latency_concurrency=overlap_of(probe.latency_concurrency, probe.latency_wave),
                      cpu_per_request_s=probe.cpu_per_request_s, cpu_per_byte_s=probe.cpu_per_byte_s)
 
 
@@ -119,7 +119,7 @@ def describe_probe(probe: LinkProbe, cost: CostModel, ranks_sharing: int = 1) ->
         links = "one stream assumed"
     shared = (f", shared by {ranks_sharing} ranks per node"
               if ranks_sharing > 1 and "streams" in probe.measured and not streams_add_up(probe) else "")
-    overlap = (f"overlapping {probe.latency_concurrency:.1f}x on 4 threads" if "latency" in probe.measured
+    overlap = (f"overlapping {probe.latency_concurrency:.1f}x of {probe.latency_wave} at once" if "latency" in probe.measured
                else "overlap assumed")
     scaling = f"{probe.scaling:.2f}x on {probe.streams}" if "streams" in probe.measured else "not measured"
     skipped = [r for r in ROUNDS if r not in probe.measured]

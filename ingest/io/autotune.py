@@ -7,7 +7,9 @@ far plus the round's own cost stays within PROBE_BUDGET_FRACTION of the read's p
 predicted with everything measured so far. Before the first round the model is the configured
 one with the latency and client CPU the header request showed, which cost nothing: on a 100 ms
 link that alone shows that a small box cannot repay a probe, and on a fast link the first
-round's bandwidth shows how short the read will be.
+round's bandwidth shows how short the read will be. One exception to the budget: the latency
+round runs whenever the plan chosen leans on overlap it has not measured by more than the round
+costs (overlap_at_stake_s).
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from dataclasses import replace
 from ingest.formats.fits import Layout
 from ingest.formats.reader import HeaderTiming
 from ingest.core.planner import CostModel
-from ingest.core.plans import storage_of
+from ingest.core.plans import plan_selection, storage_of
 from ingest.io.probe import ASSUMED_CPU_PER_BYTE_S, PROBE_MIN_DATA_BYTES, MiB, LinkProbe, LinkProber
 from ingest.core.region import Selection
 from ingest.io.transports.base import Transport
@@ -63,6 +65,20 @@ def worth_probing(layout) -> bool:
     return storage_of(layout) in ("contiguous", "chunked") and data_span(layout)[1] >= PROBE_MIN_DATA_BYTES
 
 
+def overlap_at_stake_s(tuning: Tuning, cost: CostModel, layout: Layout, sel: Selection, tune) -> float:
+    """What trusting unmeasured overlap could cost: the chosen plan's time if latencies did not
+    overlap at all, less the best plan's then. The budget does not bound the latency round when
+    this exceeds what the round costs: a plan of many requests in flight is only as good as the
+    overlap it assumes (on two shared cores a loopback server's work does not overlap), and a few
+    small reads settle it. `tune(cost)` chooses as the caller does."""
+    if cost.latency_concurrency is not None:
+        return 0.0  # measured already (or configured)
+    serial = replace(cost, latency_concurrency=1.0)
+    plan = plan_selection(layout, sel, strategy=tuning.strategy, chunk_bytes=tuning.chunk_bytes,
+                          max_gap_bytes=tuning.max_gap_bytes, cost=cost)
+    return plan.predicted_s(serial, tuning.threads) - tune(serial).predicted_s
+
+
 def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: CostModel, *,
               probe: bool = True, chunk_bytes: int | None = None, threads: int | None = None,
               gap_bytes: int | None = None, ranks_sharing: int = 1, header: HeaderTiming | None = None,
@@ -80,11 +96,18 @@ def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: Co
     model = (f"configured cost model ({cost.latency_s * 1e3:.3g} ms per request, {how}; "
              f"{cost.bandwidth_bytes_per_s / 1e6:g} MB/s)")
 
+    # Deeper than THREADS_MAX in flight only on evidence (unless the caller set the limit): the
+    # latency round saw overlap reach its wave. An assumed overlap at 64 is an extrapolation.
+    depth_on_evidence = in_flight_max is None
     in_flight_max = in_flight_max or in_flight_limit(transport)
+    measured: tuple[str, ...] = ()
 
     def tune(cost: CostModel, model: str) -> Tuning:
+        depth = in_flight_max
+        if depth_on_evidence and not ("latency" in measured and cost.latency_concurrency is None):
+            depth = min(depth, THREADS_MAX)
         return choose(cost, layout, sel, chunk_bytes=chunk_bytes, threads=threads, gap_bytes=gap_bytes, model=model,
-                      threads_max=in_flight_max)
+                      threads_max=depth)
 
     tuning = tune(cost, model)
     if not probe:
@@ -96,10 +119,13 @@ def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: Co
     while prober.next_round:
         left_s = budget_fraction * tuning.predicted_s - prober.spent_s
         prober.fit_large_bytes(left_s, cost.latency_s, cost.stream_bytes_per_s)
-        if prober.next_round_s(cost.latency_s, cost.stream_bytes_per_s) > left_s:
+        if prober.next_round_s(cost.latency_s, cost.stream_bytes_per_s) > left_s and not (
+                "latency" not in prober.measured and overlap_at_stake_s(tuning, cost, layout, sel, lambda c: tune(c, model))
+                > prober.until_s("latency", cost.latency_s, cost.stream_bytes_per_s)):
             break
         prober.run_round()
         link = prober.result()
+        measured = link.measured
         cost = cost_from_probe(link, threads_max=in_flight_max, ranks_sharing=ranks_sharing)
         tuning = tune(cost, describe_probe(link, cost, ranks_sharing))
     return tuning, (prober.result() if prober.measured else None)

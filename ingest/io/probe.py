@@ -5,8 +5,10 @@ stop after any round when the rest would cost more than they could save (ingest.
 
 1. stream: one chunk-sized read; its time to first byte is L, its transfer rate one stream's B;
 2. latency: two small reads in a row (L again, without the server's work for a big range), then
-   small reads on 4 threads at once: how far latencies overlap (on a real network they do; when
-   the "latency" is a busy server's or client's CPU, they do not);
+   small reads at once - on 4 threads, or for an engine that keeps many requests in flight from
+   one thread, LATENCY_WAVE of them in its own loop, as the read will issue them: how far
+   latencies overlap (on a real network they do; when the "latency" is a busy server's or
+   client's CPU, they do not), and for such an engine its CPU per request in that loop;
 3. streams: the chunk-sized read on two connections at once: does a second stream add its B
    (a per-connection cap, like Toxiproxy's or a TCP window over a long path) or share one link?
 
@@ -34,6 +36,9 @@ CPU_PER_BYTE_MIN_READ_BYTES = 1 * MiB  # a smaller read's CPU per byte drowns in
 # socket and to zero a fresh output page for it (measured here: 0.25-0.6 s/GiB).
 ASSUMED_CPU_PER_BYTE_S = 0.25 / (1 << 30)
 LATENCY_THREADS = 4  # connections the latency round uses (transports for probing need this many)
+# A concurrent engine's wave: deep enough to see overlap at the depths the tuner may choose
+# (its CPU per request, amortized in the loop, is then what a read pays), still tiny in bytes.
+LATENCY_WAVE = 16
 ROUNDS = ("stream", "latency", "streams")
 
 
@@ -47,7 +52,8 @@ class LinkProbe:
     streams: int  # concurrent streams in the parallel measurement
     probe_bytes: int  # bytes the probe transferred
     probe_s: float  # wall time the probe took
-    latency_concurrency: float | None = float(LATENCY_THREADS)  # small requests' speed-up on 4 threads; None: unmeasured
+    latency_concurrency: float | None = float(LATENCY_THREADS)  # small requests' speed-up at once; None: unmeasured
+    latency_wave: int = LATENCY_THREADS  # how many were at once: the most overlap the round could see
     measured: tuple[str, ...] = ROUNDS  # the rounds that ran
     cpu_per_request_s: float = 0.0  # this process's CPU per small request (0: unmeasured)
     cpu_per_byte_s: float = 0.0  # this process's CPU per byte of a large read, beyond its request
@@ -118,6 +124,8 @@ class LinkProber:
         self._stream_bw: float | None = None
         self._parallel_bw: float | None = None
         self._concurrency: float | None = None
+        self._on_session = bool(getattr(transport, "concurrent", False))  # waves in the engine's own loop
+        self._wave = LATENCY_WAVE if self._on_session else LATENCY_THREADS
         self.measured: list[str] = []
 
     # -- rounds ----------------------------------------------------------------------------------
@@ -132,9 +140,17 @@ class LinkProber:
 
     def next_round_s(self, latency_s: float, stream_bytes_per_s: float) -> float:
         """What the next round should cost on a link with this latency and stream bandwidth."""
+        return self.round_s(self.next_round, latency_s, stream_bytes_per_s)
+
+    def until_s(self, name: str, latency_s: float, stream_bytes_per_s: float) -> float:
+        """What the rounds still to run up to and including `name` should cost."""
+        todo = [r for r in ROUNDS[:ROUNDS.index(name) + 1] if r not in self.measured]
+        return sum(self.round_s(r, latency_s, stream_bytes_per_s) for r in todo)
+
+    def round_s(self, name: str | None, latency_s: float, stream_bytes_per_s: float) -> float:
         large_s = latency_s + self.large_bytes / stream_bytes_per_s
-        # latency: two small requests in a row, then two waves on LATENCY_THREADS threads
-        return {"stream": large_s, "latency": 4 * latency_s, "streams": large_s}.get(self.next_round, 0.0)
+        # latency: two small requests in a row, then two waves at once
+        return {"stream": large_s, "latency": 4 * latency_s, "streams": large_s}.get(name, 0.0)
 
     def fit_large_bytes(self, within_s: float, latency_s: float, stream_bytes_per_s: float) -> None:
         """Shrink the chunk-sized reads, before the first, so one takes about `within_s` (not
@@ -157,10 +173,12 @@ class LinkProber:
         return self.result()
 
     def _small(self, k: int) -> tuple[float, float]:
-        # spread through the cube so one cached block does not answer them all
         self._n_small += 1
-        offset = self.data_offset + (k * 7919 * self.small_bytes) % self._span
-        return _timed_read(self.transport, offset, self.small_bytes)
+        return _timed_read(self.transport, self._small_offset(k), self.small_bytes)
+
+    def _small_offset(self, k: int) -> int:
+        # spread through the cube so one cached block does not answer them all
+        return self.data_offset + (k * 7919 * self.small_bytes) % self._span
 
     def _large(self, k: int) -> tuple[float, float]:
         self._n_large += 1
@@ -181,12 +199,38 @@ class LinkProber:
         self._cpu_per_request_s = (time.process_time() - cpu0) / 2
         self._small_first_bytes_s += [ttfb for ttfb, _ in sequential]
         one_s = statistics.median(total for _, total in sequential)
+        n = self._wave
+        session = self.transport.open_session(n) if self._on_session else None
         walls = []
-        for wave in range(2):  # the first wave also opens the other threads' connections
-            t0 = time.perf_counter()
-            _concurrently(lambda k: self._small(2 + LATENCY_THREADS * (wave + 1) + k), LATENCY_THREADS)
-            walls.append(time.perf_counter() - t0)
-        self._concurrency = max(1.0, min(float(LATENCY_THREADS), LATENCY_THREADS * one_s / max(min(walls), 1e-6)))
+        try:
+            for wave in range(2):  # the first wave also opens the other connections
+                first_k = 2 + n * wave
+                cpu0, t0 = time.process_time(), time.perf_counter()
+                if session is None:
+                    _concurrently(lambda k: self._small(first_k + k), n)
+                else:
+                    self._small_wave(session, first_k, n)
+                walls.append(time.perf_counter() - t0)
+                if session is not None and wave == 1:  # the engine's own loop, connections open
+                    self._cpu_per_request_s = (time.process_time() - cpu0) / n
+        finally:
+            if session is not None:
+                session.close()
+        self._concurrency = max(1.0, min(float(n), n * one_s / max(min(walls), 1e-6)))
+
+    def _small_wave(self, session, first_k: int, n: int) -> None:
+        """n small reads in flight at once on one of the transport's sessions (ingest.io.multi's
+        interface), as a read on this engine issues them."""
+        buffers = [bytearray(self.small_bytes) for _ in range(n)]
+        for k in range(n):
+            self._n_small += 1
+            session.start(k, memoryview(buffers[k]), self._small_offset(first_k + k))
+        left = n
+        while left:
+            for _key, _ttfb_s, error in session.wait(1.0):
+                if error is not None:
+                    raise error
+                left -= 1
 
     def _streams(self) -> None:
         # Each stream's transfer time excludes its own wait for the first byte.
@@ -213,6 +257,7 @@ class LinkProber:
             probe_bytes=self._n_small * self.small_bytes + self._n_large * self.large_bytes,
             probe_s=self.spent_s,
             latency_concurrency=self._concurrency,
+            latency_wave=self._wave,
             measured=tuple(self.measured),
             cpu_per_request_s=self._cpu_per_request_s,
             cpu_per_byte_s=self._cpu_per_byte_s,
