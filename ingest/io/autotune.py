@@ -100,9 +100,8 @@ def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: Co
     # latency round saw overlap reach its wave. An assumed overlap at 64 is an extrapolation.
     depth_on_evidence = in_flight_max is None
     in_flight_max = in_flight_max or in_flight_limit(transport)
-    measured: tuple[str, ...] = ()
 
-    def tune(cost: CostModel, model: str) -> Tuning:
+    def tune(cost: CostModel, model: str, measured: tuple[str, ...] = ()) -> Tuning:
         depth = in_flight_max
         if depth_on_evidence and not ("latency" in measured and cost.latency_concurrency is None):
             depth = min(depth, THREADS_MAX)
@@ -116,16 +115,20 @@ def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: Co
     prober = LinkProber(transport, span_offset, span_bytes, large_bytes=probe_read_bytes(needed),
                         latency_s=cost.latency_s if hinted else None,
                         cpu_per_request_s=cost.cpu_per_request_s)
+    def latency_round_repays() -> bool:
+        """Past the budget, the rounds up to the latency round still run when the plan leans on
+        unmeasured overlap by more than they cost."""
+        return "latency" not in prober.measured and (
+            overlap_at_stake_s(tuning, cost, layout, sel, lambda c: tune(c, model))
+            > prober.until_s("latency", cost.latency_s, cost.stream_bytes_per_s))
+
     while prober.next_round:
         left_s = budget_fraction * tuning.predicted_s - prober.spent_s
         prober.fit_large_bytes(left_s, cost.latency_s, cost.stream_bytes_per_s)
-        if prober.next_round_s(cost.latency_s, cost.stream_bytes_per_s) > left_s and not (
-                "latency" not in prober.measured and overlap_at_stake_s(tuning, cost, layout, sel, lambda c: tune(c, model))
-                > prober.until_s("latency", cost.latency_s, cost.stream_bytes_per_s)):
+        if prober.next_round_s(cost.latency_s, cost.stream_bytes_per_s) > left_s and not latency_round_repays():
             break
         prober.run_round()
         link = prober.result()
-        measured = link.measured
         cost = cost_from_probe(link, threads_max=in_flight_max, ranks_sharing=ranks_sharing)
-        tuning = tune(cost, describe_probe(link, cost, ranks_sharing))
+        tuning = tune(cost, describe_probe(link, cost, ranks_sharing), link.measured)
     return tuning, (prober.result() if prober.measured else None)
