@@ -214,6 +214,51 @@ def test_probe_rounds_stop_at_the_budget():
     assert probe.parallel_bandwidth_bytes_per_s == probe.stream_bandwidth_bytes_per_s  # unmeasured: one stream
 
 
+class StartupTransport(MemoryTransport):
+    """A link whose every read spends `startup_s` after its first byte before bytes flow at
+    `bytes_per_s`: a short read under-measures the stream, as a sub-millisecond one does on loopback."""
+
+    def __init__(self, blob: bytes, startup_s: float, bytes_per_s: float):
+        super().__init__(blob)
+        self.startup_s, self.bytes_per_s = startup_s, bytes_per_s
+
+    def read_into(self, buffer, offset):
+        time.sleep(self.startup_s + len(buffer) / self.bytes_per_s)
+        super().read_into(buffer, offset)
+        return 0.0
+
+
+def test_stream_read_grows_when_the_link_proves_faster_than_its_budget_assumed():
+    layout, blob = cube_blob(64)
+    p = LinkProber(StartupTransport(blob, 0.004, 1e9), layout.data_offset, layout.data_bytes, large_bytes=8 * MiB)
+    p.fit_large_bytes(0.0012, 0.001, 1e9)  # sized for a slower link: the minimum read
+    assert not p.grow_stream(1.0, 0.001, 1e9, 8 * MiB)  # nothing measured yet
+    p.run_round()
+    short_bw = p.result().stream_bandwidth_bytes_per_s
+    assert short_bw < 0.1e9  # 256 KiB in ~4.3 ms: the startup, not the link
+    assert not p.grow_stream(0.002, 0.0, short_bw, 8 * MiB)  # not twice the bytes in what is left
+    assert p.grow_stream(1.0, 0.0, short_bw, 8 * MiB)
+    assert p.large_bytes == 8 * MiB
+    grown = p.result()
+    assert grown.stream_bandwidth_bytes_per_s > 10 * short_bw  # 8 MiB in ~12 ms
+    assert grown.probe_bytes == MIN_PROBE_READ_BYTES + 8 * MiB
+    assert grown.measured == ("stream",)
+
+
+def test_overlap_below_the_measured_wave_grows_toward_what_was_measured():
+    """Overlap measured at 16 in flight: at one request none, at 16 what was measured, past 16
+    no more than that; in between a curve, not the measured figure at every depth."""
+    c = CostModel(latency_s=0.001, latency_concurrency=3.2, latency_wave=16)
+    overlaps = [c.overlap(t) for t in (1, 2, 4, 8, 16, 32, 64)]
+    assert overlaps[0] == pytest.approx(1.0) and overlaps[4] == pytest.approx(3.2) and overlaps[5:] == [3.2, 3.2]
+    assert all(a < b for a, b in zip(overlaps[:5], overlaps[1:5])) and all(o <= t for o, t in zip(overlaps, (1, 2, 4)))
+    assert overlaps[2] < 0.75 * 3.2  # 4 in flight: well below the measured 16's
+    # without a wave (configured), the measured figure holds from min(threads, it) on, as before
+    assert CostModel(latency_concurrency=3.2).overlap(4) == pytest.approx(3.2)
+    # so 256 small requests are predicted faster on 16 threads than on 4
+    assert c.predict_s(256, 0, 16) < 0.8 * c.predict_s(256, 0, 4)
+
+
 def test_probe_read_shrinks_to_the_budget_but_not_below_the_minimum():
     layout, blob = cube_blob(64)
     p = LinkProber(MemoryTransport(blob), layout.data_offset, layout.data_bytes, large_bytes=8 * MiB)
@@ -226,11 +271,16 @@ def test_probe_read_shrinks_to_the_budget_but_not_below_the_minimum():
 
 def test_client_cpu_adds_to_the_prediction():
     base = CostModel(latency_s=0.002, bandwidth_bytes_per_s=1e9)
-    cpu = replace(base, cpu_per_request_s=0.0005, cpu_per_byte_s=1e-9)
-    # waiting (1.5 ms) overlaps on 4 threads, the 0.5 ms of CPU per request and 1 ns per byte do not
-    assert cpu.predict_s(100, 10**8, 4) == pytest.approx(100 * (0.0015 / 4 + 0.0005) + 10**8 * (1e-9 + 1e-9))
+    cpu = replace(base, cpu_per_request_s=0.0005, cpu_per_byte_s=2e-9)
+    # waiting (1.5 ms) overlaps on 4 threads, the 0.5 ms of CPU per request does not; bytes go at
+    # the client's copy (2 ns/B), the slower of it and the link (1 ns/B), not at their sum
+    assert cpu.predict_s(100, 10**8, 4) == pytest.approx(100 * (0.0015 / 4 + 0.0005) + 10**8 * 2e-9)
     assert base.predict_s(100, 10**8, 4) == pytest.approx(100 * 0.002 / 4 + 0.1)
     assert cpu.predict_s(100, 0, 16) > 100 * 0.0005  # threads never hide CPU
+    # a copy faster than the link hides behind it: the link's time alone
+    fast_copy = replace(base, cpu_per_byte_s=0.5e-9)
+    assert fast_copy.predict_s(0, 10**8, 4) == pytest.approx(base.predict_s(0, 10**8, 4))
+    assert cpu.predict_s(0, 10**8, 16) == pytest.approx(cpu.predict_s(0, 10**8, 1))  # threads never hide the copy
 
 
 def test_real_probe_measures_client_cpu(s3_server, s3_env):

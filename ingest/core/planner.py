@@ -47,10 +47,15 @@ class CostModel:
     bandwidth_bytes_per_s: float = 75e6  # ~600 Mbit/s, the Nimbus <-> Acacia link
     stream_bandwidth_bytes_per_s: float | None = None  # None: one stream can fill the link
     latency_concurrency: float | None = None  # how many requests' latencies overlap; None: all threads
-    # The client's own CPU (from a probe): issuing and parsing a request is Python, serialized by
-    # the GIL whatever the thread count, and every byte is copied out of a socket and written to
-    # fresh output pages. On a fast link this, not the network, is what a read waits for. The
-    # part of latency_s that is this CPU does not overlap across threads; the rest does.
+    latency_wave: int | None = None  # how many were in flight when that was measured (None: not measured)
+    # The client's own CPU (from a probe): issuing and parsing a request is serialized (the GIL,
+    # or the engine's one loop) whatever the thread count, and every byte is copied out of a
+    # socket and written to fresh output pages. On a fast link this, not the network, is what a
+    # read waits for. The part of latency_s that is this CPU does not overlap across threads; the
+    # rest does. Copying a byte overlaps with the next bytes' arrival, so bytes go at the slower
+    # of the link and the client's copy, not at the sum of both: the probe's one-stream bandwidth
+    # already includes the copy where the copy bounds it (loopback), and adding it again priced
+    # bulk reads at twice their measured time there, so the tuner fled to many small requests.
     cpu_per_request_s: float = 0.0
     cpu_per_byte_s: float = 0.0
 
@@ -62,6 +67,26 @@ class CostModel:
         """Aggregate bytes/s of `threads` concurrent streams."""
         return min(max(1, threads) * self.stream_bytes_per_s, self.bandwidth_bytes_per_s)
 
+    def overlap(self, threads: int) -> float:
+        """How many requests' latencies overlap with `threads` in flight.
+
+        Past the depth it was measured at, it stays as measured (nobody saw more). Below it, it
+        follows 1 / overlap = a + b / threads through no overlap at one and the measured overlap
+        at the wave: the curve of requests whose latency overlaps but that queue for a resource
+        with a fixed cost per request (a server sharing two cores with the client). Taking the
+        measured overlap at every depth below the wave (min) priced 4 in flight like 16 on
+        loopback, where 4 measured 1.5-2x slower per request, and the tuner's preference for 4
+        threads among equal plans then picked it."""
+        t = max(1, threads)
+        if self.latency_concurrency is None:
+            return float(t)
+        measured = max(1.0, self.latency_concurrency)
+        wave = self.latency_wave
+        if wave is None or wave <= 1 or t >= wave or measured >= wave:
+            return min(float(t), measured)
+        b = (1 - 1 / measured) / (1 - 1 / wave)
+        return min(float(t), 1 / ((1 - b) + b / t))
+
     @property
     def gap_bytes(self) -> int:
         """Break-even gap: reading this many unwanted bytes on a stream costs as much as one
@@ -69,13 +94,12 @@ class CostModel:
         return int(self.latency_s * self.stream_bytes_per_s)
 
     def predict_s(self, n_requests: int, wire_bytes: int, threads: int) -> float:
-        """Latencies overlap across threads (as far as the link lets them); bytes share the
-        bandwidth; the client's CPU work adds, whatever the thread count."""
-        overlap = max(1, threads) if self.latency_concurrency is None else min(max(1, threads),
-                                                                                max(1.0, self.latency_concurrency))
+        """Latencies overlap across threads (as far as the link lets them) and the client's CPU
+        per request adds, whatever the thread count; bytes go at the slower of the bandwidth the
+        threads share and the client's copy (which threads do not speed up)."""
         waiting_s = max(0.0, self.latency_s - self.cpu_per_request_s)
-        return (n_requests * (waiting_s / overlap + self.cpu_per_request_s)
-                + wire_bytes * (1 / self.bandwidth(threads) + self.cpu_per_byte_s))
+        return (n_requests * (waiting_s / self.overlap(threads) + self.cpu_per_request_s)
+                + wire_bytes * max(1 / self.bandwidth(threads), self.cpu_per_byte_s))
 
 
 @dataclass(frozen=True)
@@ -208,14 +232,18 @@ class Plan:
         """The cost model's time for this plan on `threads` threads."""
         return cost.predict_s(self.n_requests, self.wire_bytes, threads)
 
+    @property
+    def request_bytes_max(self) -> int:
+        """The largest request: the first (a group's or a run's last piece may only be shorter)."""
+        return self.request(0).nbytes if self.n_requests else 0
+
     def describe(self, cost: CostModel, threads: int) -> dict:
         """Summary for `plan`, reports and logs."""
-        sizes = {self.request(0).nbytes, self.request(self.n_requests - 1).nbytes}
         return {
             "strategy": self.strategy,
             "requests": self.n_requests,
-            "request_bytes_max": max(sizes),
-            "request_bytes_min": min(sizes),
+            "request_bytes_max": self.request_bytes_max,
+            "request_bytes_min": self.request(self.n_requests - 1).nbytes,
             "bytes_needed": self.needed_bytes,
             "bytes_wire": self.wire_bytes,
             "read_amplification": round(self.amplification, 4),

@@ -55,6 +55,7 @@ class Tuning:
             "stream_bandwidth_bytes_per_s": self.cost.stream_bytes_per_s,
             "link_bandwidth_bytes_per_s": self.cost.bandwidth_bytes_per_s,
             "latency_concurrency": self.cost.latency_concurrency,
+            "latency_wave": self.cost.latency_wave,
             "cpu_per_request_s": self.cost.cpu_per_request_s,
             "cpu_per_byte_s": self.cost.cpu_per_byte_s,
             "strategy": self.strategy,
@@ -91,6 +92,7 @@ def cost_from_probe(probe: LinkProbe, threads_max: int = THREADS_MAX, ranks_shar
     return CostModel(latency_s=probe.latency_s, bandwidth_bytes_per_s=link,
                      stream_bandwidth_bytes_per_s=min(per_stream, link),
                      latency_concurrency=overlap_of(probe.latency_concurrency, probe.latency_wave),
+                     latency_wave=probe.latency_wave if "latency" in probe.measured else None,
                      cpu_per_request_s=probe.cpu_per_request_s, cpu_per_byte_s=probe.cpu_per_byte_s)
 
 

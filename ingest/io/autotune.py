@@ -7,9 +7,11 @@ far plus the round's own cost stays within PROBE_BUDGET_FRACTION of the read's p
 predicted with everything measured so far. Before the first round the model is the configured
 one with the latency and client CPU the header request showed, which cost nothing: on a 100 ms
 link that alone shows that a small box cannot repay a probe, and on a fast link the first
-round's bandwidth shows how short the read will be. One exception to the budget: the latency
-round runs whenever the plan chosen leans on overlap it has not measured by more than the round
-costs (overlap_at_stake_s).
+round's bandwidth shows how short the read will be (and, when the link is faster than the
+configured model, that a longer stream read still fits: a read cut to under a millisecond
+under-measures a stream). One exception to the budget: the latency round runs whenever the
+plan chosen leans on overlap it has not measured by more than the round costs
+(overlap_at_stake_s).
 """
 from __future__ import annotations
 
@@ -115,6 +117,7 @@ def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: Co
     prober = LinkProber(transport, span_offset, span_bytes, large_bytes=probe_read_bytes(needed),
                         latency_s=cost.latency_s if hinted else None,
                         cpu_per_request_s=cost.cpu_per_request_s)
+
     def latency_round_repays() -> bool:
         """Past the budget, the rounds up to the latency round still run when the plan leans on
         unmeasured overlap by more than they cost."""
@@ -122,13 +125,21 @@ def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: Co
             overlap_at_stake_s(tuning, cost, layout, sel, lambda c: tune(c, model))
             > prober.until_s("latency", cost.latency_s, cost.stream_bytes_per_s))
 
+    def retune() -> tuple[CostModel, Tuning]:
+        link = prober.result()
+        measured = cost_from_probe(link, threads_max=in_flight_max, ranks_sharing=ranks_sharing)
+        return measured, tune(measured, describe_probe(link, measured, ranks_sharing), link.measured)
+
     while prober.next_round:
         left_s = budget_fraction * tuning.predicted_s - prober.spent_s
         prober.fit_large_bytes(left_s, cost.latency_s, cost.stream_bytes_per_s)
         if prober.next_round_s(cost.latency_s, cost.stream_bytes_per_s) > left_s and not latency_round_repays():
             break
         prober.run_round()
-        link = prober.result()
-        cost = cost_from_probe(link, threads_max=in_flight_max, ranks_sharing=ranks_sharing)
-        tuning = tune(cost, describe_probe(link, cost, ranks_sharing), link.measured)
+        cost, tuning = retune()
+        if prober.measured[-1] == "stream":  # a longer read, if the link proved faster than assumed
+            room_s = (budget_fraction * tuning.predicted_s - prober.spent_s
+                      - prober.until_s("latency", cost.latency_s, cost.stream_bytes_per_s))
+            if prober.grow_stream(room_s, cost.latency_s, cost.stream_bytes_per_s, PROBE_READ_MAX_BYTES):
+                cost, tuning = retune()
     return tuning, (prober.result() if prober.measured else None)

@@ -3,7 +3,9 @@
 A few rounds of requests, all inside the cube's data, most informative first, so a caller can
 stop after any round when the rest would cost more than they could save (ingest.io.autotune does):
 
-1. stream: one chunk-sized read; its time to first byte is L, its transfer rate one stream's B;
+1. stream: one chunk-sized read; its time to first byte is L, its transfer rate one stream's B
+   (read again, longer, when it was cut to a budget sized for a slower link than it found:
+   `grow_stream`);
 2. latency: two small reads in a row (L again, without the server's work for a big range), then
    small reads at once - on 4 threads, or for an engine that keeps many requests in flight from
    one thread, LATENCY_WAVE of them in its own loop, as the read will issue them: how far
@@ -111,11 +113,13 @@ class LinkProber:
         self.data_offset = data_offset
         self.streams = streams
         # Every read stays inside the data: streams + 1 large reads laid end to end.
-        self.large_bytes = max(MIN_PROBE_READ_BYTES, min(large_bytes, data_bytes // (streams + 1)))
+        self._large_cap = max(MIN_PROBE_READ_BYTES, data_bytes // (streams + 1))
+        self.large_bytes = max(MIN_PROBE_READ_BYTES, min(large_bytes, self._large_cap))
         self.small_bytes = min(small_bytes, self.large_bytes)
         self._span = max(1, data_bytes - self.small_bytes)
         self._n_small = 0
         self._n_large = 0
+        self._large_bytes_read = 0  # large reads' sizes differ when the stream read grows
         self._spent_s = 0.0
         self._small_first_bytes_s = [] if latency_s is None else [latency_s]  # small requests' times to first byte
         self._large_first_byte_s: float | None = None
@@ -160,6 +164,23 @@ class LinkProber:
             self.large_bytes = max(MIN_PROBE_READ_BYTES, min(self.large_bytes, int(min(fits, self.large_bytes))))
             self.small_bytes = min(self.small_bytes, self.large_bytes)
 
+    def grow_stream(self, within_s: float, latency_s: float, stream_bytes_per_s: float, max_bytes: int) -> bool:
+        """Measure one stream again with a longer read, when the stream round's read was cut to a
+        budget sized for a slower link than it found and at least twice its bytes now fit in
+        `within_s`. A read of well under a millisecond is mostly its start and whatever else ran
+        on the cores meanwhile, and that noise only ever slows it: 0.8 MB reads on loopback gave
+        1.1-1.5 GB/s where 1-8 MiB reads give 2-3.5. The faster of the two reads counts."""
+        size = int(min((within_s - latency_s) * stream_bytes_per_s, max_bytes, self._large_cap))
+        if "stream" not in self.measured or size < 2 * self.large_bytes:
+            return False
+        first_bw = self._stream_bw or 0.0
+        self.large_bytes = size
+        t0 = time.perf_counter()
+        self._stream()
+        self._spent_s += time.perf_counter() - t0
+        self._stream_bw = max(first_bw, self._stream_bw)
+        return True
+
     def run_round(self) -> None:
         name = self.next_round
         t0 = time.perf_counter()
@@ -182,6 +203,7 @@ class LinkProber:
 
     def _large(self, k: int) -> tuple[float, float]:
         self._n_large += 1
+        self._large_bytes_read += self.large_bytes
         return _timed_read(self.transport, self.data_offset + k * self.large_bytes, self.large_bytes)
 
     def _stream(self) -> None:
@@ -254,7 +276,7 @@ class LinkProber:
             stream_bandwidth_bytes_per_s=stream_bw,
             parallel_bandwidth_bytes_per_s=self._parallel_bw or stream_bw,
             streams=self.streams,
-            probe_bytes=self._n_small * self.small_bytes + self._n_large * self.large_bytes,
+            probe_bytes=self._n_small * self.small_bytes + self._large_bytes_read,
             probe_s=self.spent_s,
             latency_concurrency=self._concurrency,
             latency_wave=self._wave,
