@@ -214,23 +214,25 @@ def test_probe_rounds_stop_at_the_budget():
     assert probe.parallel_bandwidth_bytes_per_s == probe.stream_bandwidth_bytes_per_s  # unmeasured: one stream
 
 
-class StartupTransport(MemoryTransport):
-    """A link whose every read spends `startup_s` after its first byte before bytes flow at
-    `bytes_per_s`: a short read under-measures the stream, as a sub-millisecond one does on loopback."""
+class PacedTransport(MemoryTransport):
+    """In-memory bytes paced like a link: each read waits `wait_s`, then moves at `bytes_per_s`
+    on its own (concurrent reads add up, as under a per-connection cap). The wait is the read's
+    time to first byte, or with startup=True a start-up after it, which makes a short read
+    under-measure the stream, as a sub-millisecond one does on loopback."""
 
-    def __init__(self, blob: bytes, startup_s: float, bytes_per_s: float):
+    def __init__(self, blob: bytes, wait_s: float, bytes_per_s: float, *, startup: bool = False):
         super().__init__(blob)
-        self.startup_s, self.bytes_per_s = startup_s, bytes_per_s
+        self.wait_s, self.bytes_per_s, self.startup = wait_s, bytes_per_s, startup
 
     def read_into(self, buffer, offset):
-        time.sleep(self.startup_s + len(buffer) / self.bytes_per_s)
+        time.sleep(self.wait_s + len(buffer) / self.bytes_per_s)
         super().read_into(buffer, offset)
-        return 0.0
+        return 0.0 if self.startup else self.wait_s
 
 
 def test_stream_read_grows_when_the_link_proves_faster_than_its_budget_assumed():
     layout, blob = cube_blob(64)
-    p = LinkProber(StartupTransport(blob, 0.004, 1e9), layout.data_offset, layout.data_bytes, large_bytes=8 * MiB)
+    p = LinkProber(PacedTransport(blob, 0.004, 1e9, startup=True), layout.data_offset, layout.data_bytes, large_bytes=8 * MiB)
     p.fit_large_bytes(0.0012, 0.001, 1e9)  # sized for a slower link: the minimum read
     assert not p.grow_stream(1.0, 0.001, 1e9, 8 * MiB)  # nothing measured yet
     p.run_round()
@@ -243,6 +245,24 @@ def test_stream_read_grows_when_the_link_proves_faster_than_its_budget_assumed()
     assert grown.stream_bandwidth_bytes_per_s > 10 * short_bw  # 8 MiB in ~12 ms
     assert grown.probe_bytes == MIN_PROBE_READ_BYTES + 8 * MiB
     assert grown.measured == ("stream",)
+
+
+def test_streams_round_runs_past_the_budget_when_streams_adding_up_would_change_the_plan():
+    """Reading all of a 64 MiB cube over a link capped per connection (2 ms, 80 MB/s each): the
+    stream round eats the budget, and one stream assumed makes every thread count equal. The
+    streams round runs anyway (two reads, ~30 ms, against ~0.8 s at stake), sees streams add
+    up, and the plan spreads over many threads."""
+    layout, blob = cube_blob(64)
+    sel = normalize((), layout.shape)
+    transport = PacedTransport(blob, 0.002, 80e6)
+    tuning, probe = tune_read(transport, layout, sel, CostModel(), header=HeaderTiming(0.002, 0.0))
+    assert "streams" in probe.measured and probe.scaling > 1.5
+    assert tuning.threads >= 8 and tuning.predicted_s < 0.3
+    # the one-stream assumption it replaced, with the budget alone deciding: every thread count
+    # predicted alike, the preferred 4 taken
+    one_stream = cost_from_probe(replace(probe, measured=tuple(r for r in probe.measured if r != "streams")))
+    assert one_stream.bandwidth_bytes_per_s == one_stream.stream_bytes_per_s
+    assert choose(one_stream, layout, sel).threads == 4
 
 
 def test_overlap_below_the_measured_wave_grows_toward_what_was_measured():

@@ -9,9 +9,10 @@ one with the latency and client CPU the header request showed, which cost nothin
 link that alone shows that a small box cannot repay a probe, and on a fast link the first
 round's bandwidth shows how short the read will be (and, when the link is faster than the
 configured model, that a longer stream read still fits: a read cut to under a millisecond
-under-measures a stream). One exception to the budget: the latency round runs whenever the
-plan chosen leans on overlap it has not measured by more than the round costs
-(overlap_at_stake_s).
+under-measures a stream). The exceptions to the budget: a round runs whenever the choice hangs
+on what it would measure by more than the round costs - the latency round when the plan chosen
+leans on overlap nobody measured (overlap_at_stake_s), the streams round when streams adding up
+would make another plan faster (streams_at_stake_s).
 """
 from __future__ import annotations
 
@@ -67,18 +68,33 @@ def worth_probing(layout) -> bool:
     return storage_of(layout) in ("contiguous", "chunked") and data_span(layout)[1] >= PROBE_MIN_DATA_BYTES
 
 
-def overlap_at_stake_s(tuning: Tuning, cost: CostModel, layout: Layout, sel: Selection, tune) -> float:
-    """What trusting unmeasured overlap could cost: the chosen plan's time if latencies did not
-    overlap at all, less the best plan's then. The budget does not bound the latency round when
-    this exceeds what the round costs: a plan of many requests in flight is only as good as the
-    overlap it assumes (on two shared cores a loopback server's work does not overlap), and a few
-    small reads settle it. `tune(cost)` chooses as the caller does."""
-    if cost.latency_concurrency is not None:
-        return 0.0  # measured already (or configured)
-    serial = replace(cost, latency_concurrency=1.0)
+def regret_s(tuning: Tuning, cost: CostModel, world: CostModel, layout: Layout, sel: Selection, tune) -> float:
+    """How much slower the plan chosen under `cost` would be than the best plan, were the link
+    `world` instead: what the choice stakes on the figures in which the two differ. `tune(cost)`
+    chooses as the caller does."""
     plan = plan_selection(layout, sel, strategy=tuning.strategy, chunk_bytes=tuning.chunk_bytes,
                           max_gap_bytes=tuning.max_gap_bytes, cost=cost)
-    return plan.predicted_s(serial, tuning.threads) - tune(serial).predicted_s
+    return plan.predicted_s(world, tuning.threads) - tune(world).predicted_s
+
+
+def overlap_at_stake_s(tuning: Tuning, cost: CostModel, layout: Layout, sel: Selection, tune) -> float:
+    """What trusting unmeasured overlap could cost: the chosen plan's regret were latencies not to
+    overlap at all. The budget does not bound the latency round when this exceeds what the round
+    costs: a plan of many requests in flight is only as good as the overlap it assumes (on two
+    shared cores a loopback server's work does not overlap), and a few small reads settle it."""
+    if cost.latency_concurrency is not None:
+        return 0.0  # measured already (or configured)
+    return regret_s(tuning, cost, replace(cost, latency_concurrency=1.0), layout, sel, tune)
+
+
+def streams_at_stake_s(tuning: Tuning, cost: CostModel, in_flight_max: int, layout: Layout, sel: Selection,
+                       tune) -> float:
+    """What assuming one stream's bandwidth for every thread could cost before the streams round
+    measured it: the chosen plan's regret were streams to add up (a per-connection cap, as on
+    Acacia, where 16 threads read a box 2-3x faster than 4). Under the assumption every thread
+    count moves bytes equally fast, so the tuner's preference for 4 threads may have decided."""
+    adding = replace(cost, bandwidth_bytes_per_s=max(cost.bandwidth_bytes_per_s, cost.stream_bytes_per_s * in_flight_max))
+    return regret_s(tuning, cost, adding, layout, sel, tune)
 
 
 def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: CostModel, *,
@@ -118,12 +134,16 @@ def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: Co
                         latency_s=cost.latency_s if hinted else None,
                         cpu_per_request_s=cost.cpu_per_request_s)
 
-    def latency_round_repays() -> bool:
-        """Past the budget, the rounds up to the latency round still run when the plan leans on
-        unmeasured overlap by more than they cost."""
-        return "latency" not in prober.measured and (
-            overlap_at_stake_s(tuning, cost, layout, sel, lambda c: tune(c, model))
-            > prober.until_s("latency", cost.latency_s, cost.stream_bytes_per_s))
+    def past_budget_repays() -> bool:
+        """Past the budget, a round still runs when the choice hangs on what it would measure by
+        more than it costs: the rounds up to the latency round when the plan leans on unmeasured
+        overlap; the streams round when streams adding up would make another plan faster."""
+        if prober.next_round != "streams":
+            return (overlap_at_stake_s(tuning, cost, layout, sel, lambda c: tune(c, model))
+                    > prober.until_s("latency", cost.latency_s, cost.stream_bytes_per_s))
+        return (streams_at_stake_s(tuning, cost, in_flight_max, layout, sel,
+                                   lambda c: tune(c, model, tuple(prober.measured)))
+                > prober.next_round_s(cost.latency_s, cost.stream_bytes_per_s))
 
     def retune() -> tuple[CostModel, Tuning]:
         link = prober.result()
@@ -133,9 +153,13 @@ def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: Co
     while prober.next_round:
         left_s = budget_fraction * tuning.predicted_s - prober.spent_s
         prober.fit_large_bytes(left_s, cost.latency_s, cost.stream_bytes_per_s)
-        if prober.next_round_s(cost.latency_s, cost.stream_bytes_per_s) > left_s and not latency_round_repays():
-            break
+        if prober.next_round_s(cost.latency_s, cost.stream_bytes_per_s) > left_s and not past_budget_repays():
+            if prober.next_round != "latency":  # the streams round needs the stream round's figure
+                break
+            prober.skip_round()  # the streams round may still be worth its time
+            continue
         prober.run_round()
+        prober.skipped.clear()  # the plan may have changed: a round passed over may repay itself now
         cost, tuning = retune()
         if prober.measured[-1] == "stream":  # a longer read, if the link proved faster than assumed
             room_s = (budget_fraction * tuning.predicted_s - prober.spent_s

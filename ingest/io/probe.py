@@ -131,6 +131,7 @@ class LinkProber:
         self._on_session = bool(getattr(transport, "concurrent", False))  # waves in the engine's own loop
         self._wave = LATENCY_WAVE if self._on_session else LATENCY_THREADS
         self.measured: list[str] = []
+        self.skipped: list[str] = []  # rounds passed over (not worth their time), later ones may still run
 
     # -- rounds ----------------------------------------------------------------------------------
     @property
@@ -140,7 +141,11 @@ class LinkProber:
 
     @property
     def next_round(self) -> str | None:
-        return next((r for r in ROUNDS if r not in self.measured), None)
+        return next((r for r in ROUNDS if r not in self.measured and r not in self.skipped), None)
+
+    def skip_round(self) -> None:
+        """Pass over the next round; the ones after it may still run."""
+        self.skipped.append(self.next_round)
 
     def next_round_s(self, latency_s: float, stream_bytes_per_s: float) -> float:
         """What the next round should cost on a link with this latency and stream bandwidth."""
