@@ -1,4 +1,5 @@
 """The self-tuner: pure rules over probe results, and a real probe against the local server."""
+import math
 import threading
 import time
 from dataclasses import replace
@@ -160,17 +161,21 @@ def test_reads_that_repay_a_probe_are_probed():
     assert probe is not None and t.requests > 0 and tuning.reason.startswith("probe:")
 
 
-class SlowTransport(MemoryTransport):
-    """In-memory bytes behind a fixed per-request wait: a link of known latency, no network."""
+class PacedTransport(MemoryTransport):
+    """In-memory bytes paced like a link, no network: each read waits `wait_s`, then moves at
+    `bytes_per_s` on its own (concurrent reads add up, as under a per-connection cap; default:
+    no limit, a link of known latency only). The wait is the read's time to first byte, or with
+    startup=True a start-up after it, which makes a short read under-measure the stream, as a
+    sub-millisecond one does on loopback."""
 
-    def __init__(self, blob: bytes, latency_s: float):
+    def __init__(self, blob: bytes, wait_s: float, bytes_per_s: float = math.inf, *, startup: bool = False):
         super().__init__(blob)
-        self.latency_s = latency_s
+        self.wait_s, self.bytes_per_s, self.startup = wait_s, bytes_per_s, startup
 
     def read_into(self, buffer, offset):
-        time.sleep(self.latency_s)
+        time.sleep(self.wait_s + len(buffer) / self.bytes_per_s)
         super().read_into(buffer, offset)
-        return self.latency_s
+        return 0.0 if self.startup else self.wait_s
 
 
 def cube_blob(planes: int):
@@ -182,7 +187,7 @@ def test_header_timing_and_layout():
     layout, blob = cube_blob(4)
     header = fits.Header({"SIMPLE": True, "BITPIX": -32, "NAXIS": 3, "NAXIS1": 512, "NAXIS2": 512, "NAXIS3": 4})
     raw = header.tostring().encode("ascii")
-    t = SlowTransport(raw + bytes(4 * MiB), 0.01)
+    t = PacedTransport(raw + bytes(4 * MiB), 0.01)
     got, timing = read_layout_timed(t)
     assert got == read_layout(t) and got.shape == (4, 512, 512)
     assert timing.first_byte_s == 0.01 and 0 <= timing.cpu_s < 0.01  # sleeping is not CPU
@@ -191,7 +196,7 @@ def test_header_timing_and_layout():
 def test_a_slow_link_and_a_small_box_skip_the_probe():
     """100 ms per request: a box of one 1 MiB plane cannot repay even one probe round."""
     layout, blob = cube_blob(64)
-    t = SlowTransport(blob, 0.1)
+    t = PacedTransport(blob, 0.1)
     tuning, probe = tune_read(t, layout, normalize((slice(0, 1),), layout.shape), CostModel(),
                               header=HeaderTiming(0.1, 0.0005))
     assert probe is None and t.requests == 0
@@ -207,27 +212,11 @@ def test_probe_rounds_stop_at_the_budget():
     nothing = tune_read(t, layout, sel, CostModel(), budget_fraction=0.0)
     assert nothing[1] is None and t.requests == 0
     # A 5 ms link and a 64 MiB read predicted at ~0.9 s: 4 % of it pays for the first round only.
-    t = SlowTransport(blob, 0.005)
+    t = PacedTransport(blob, 0.005)
     tuning, probe = tune_read(t, layout, sel, CostModel(), header=HeaderTiming(0.005, 0.0))
     assert probe.measured == ("stream",) and "rounds not worth their time: latency, streams" in tuning.reason
     assert probe.probe_s < 0.04 * 0.9 * 1.5
     assert probe.parallel_bandwidth_bytes_per_s == probe.stream_bandwidth_bytes_per_s  # unmeasured: one stream
-
-
-class PacedTransport(MemoryTransport):
-    """In-memory bytes paced like a link: each read waits `wait_s`, then moves at `bytes_per_s`
-    on its own (concurrent reads add up, as under a per-connection cap). The wait is the read's
-    time to first byte, or with startup=True a start-up after it, which makes a short read
-    under-measure the stream, as a sub-millisecond one does on loopback."""
-
-    def __init__(self, blob: bytes, wait_s: float, bytes_per_s: float, *, startup: bool = False):
-        super().__init__(blob)
-        self.wait_s, self.bytes_per_s, self.startup = wait_s, bytes_per_s, startup
-
-    def read_into(self, buffer, offset):
-        time.sleep(self.wait_s + len(buffer) / self.bytes_per_s)
-        super().read_into(buffer, offset)
-        return 0.0 if self.startup else self.wait_s
 
 
 def test_stream_read_grows_when_the_link_proves_faster_than_its_budget_assumed():
@@ -330,7 +319,7 @@ def test_cheap_requests_in_flight_move_the_seed001_plan_to_zero_waste():
     assert threaded.threads <= 16  # a thread per request in flight: never more than THREADS_MAX
 
 
-class SerialTransport(SlowTransport):
+class SerialTransport(PacedTransport):
     """Requests that do not overlap, however many are in flight: the "latency" is a busy
     server's CPU on the cores the client shares (loopback on two cores)."""
 
@@ -370,7 +359,7 @@ def test_deeper_than_sixteen_in_flight_only_on_measured_overlap():
     on overlap at 64 that no round has seen; a caller's explicit limit is taken as given."""
     layout, blob = cube_blob(64)
     sel = normalize((slice(0, 64), slice(0, 1), slice(0, 1)), layout.shape)  # one pixel per plane
-    concurrent = SlowTransport(blob, 0.05)
+    concurrent = PacedTransport(blob, 0.05)
     concurrent.concurrent = True
     slow = CostModel(latency_s=0.05)
     assumed, _ = tune_read(concurrent, layout, sel, slow, probe=False)

@@ -147,11 +147,14 @@ def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: Co
 
     def retune() -> tuple[CostModel, Tuning]:
         link = prober.result()
-        measured = cost_from_probe(link, threads_max=in_flight_max, ranks_sharing=ranks_sharing)
-        return measured, tune(measured, describe_probe(link, measured, ranks_sharing), link.measured)
+        probed = cost_from_probe(link, threads_max=in_flight_max, ranks_sharing=ranks_sharing)
+        return probed, tune(probed, describe_probe(link, probed, ranks_sharing), link.measured)
+
+    def budget_left_s() -> float:
+        return budget_fraction * tuning.predicted_s - prober.spent_s
 
     while prober.next_round:
-        left_s = budget_fraction * tuning.predicted_s - prober.spent_s
+        left_s = budget_left_s()
         prober.fit_large_bytes(left_s, cost.latency_s, cost.stream_bytes_per_s)
         if prober.next_round_s(cost.latency_s, cost.stream_bytes_per_s) > left_s and not past_budget_repays():
             if prober.next_round != "latency":  # the streams round needs the stream round's figure
@@ -162,8 +165,7 @@ def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: Co
         prober.skipped.clear()  # the plan may have changed: a round passed over may repay itself now
         cost, tuning = retune()
         if prober.measured[-1] == "stream":  # a longer read, if the link proved faster than assumed
-            room_s = (budget_fraction * tuning.predicted_s - prober.spent_s
-                      - prober.until_s("latency", cost.latency_s, cost.stream_bytes_per_s))
+            room_s = budget_left_s() - prober.until_s("latency", cost.latency_s, cost.stream_bytes_per_s)
             if prober.grow_stream(room_s, cost.latency_s, cost.stream_bytes_per_s, PROBE_READ_MAX_BYTES):
                 cost, tuning = retune()
     return tuning, (prober.result() if prober.measured else None)

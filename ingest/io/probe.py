@@ -118,8 +118,7 @@ class LinkProber:
         self.small_bytes = min(small_bytes, self.large_bytes)
         self._span = max(1, data_bytes - self.small_bytes)
         self._n_small = 0
-        self._n_large = 0
-        self._large_bytes_read = 0  # large reads' sizes differ when the stream read grows
+        self._large_bytes_read = 0  # summed: large reads' sizes differ when the stream read grows
         self._spent_s = 0.0
         self._small_first_bytes_s = [] if latency_s is None else [latency_s]  # small requests' times to first byte
         self._large_first_byte_s: float | None = None
@@ -164,7 +163,7 @@ class LinkProber:
     def fit_large_bytes(self, within_s: float, latency_s: float, stream_bytes_per_s: float) -> None:
         """Shrink the chunk-sized reads, before the first, so one takes about `within_s` (not
         below MIN_PROBE_READ_BYTES: next_round_s then says the round does not fit)."""
-        if self._n_large == 0:
+        if self._large_bytes_read == 0:
             fits = (within_s - latency_s) * stream_bytes_per_s
             self.large_bytes = max(MIN_PROBE_READ_BYTES, min(self.large_bytes, int(min(fits, self.large_bytes))))
             self.small_bytes = min(self.small_bytes, self.large_bytes)
@@ -207,7 +206,6 @@ class LinkProber:
         return self.data_offset + (k * 7919 * self.small_bytes) % self._span
 
     def _large(self, k: int) -> tuple[float, float]:
-        self._n_large += 1
         self._large_bytes_read += self.large_bytes
         return _timed_read(self.transport, self.data_offset + k * self.large_bytes, self.large_bytes)
 
