@@ -51,7 +51,8 @@ def handler_for(serve):
 class BadHttpServer:
     """Serves `data` at any path.
 
-    mode: None (behave), "ignore_range", "wrong_range" or "short_body", for every request.
+    mode: None (behave), "ignore_range", "wrong_range", "short_body" or "interim" (an interim
+        100 reply carrying a wrong Content-Range and ETag before the real one), for every request.
     fail_next: statuses for the next requests, e.g. [503, 503]; an entry (503, "SlowDown")
         also sets the S3 error code in the body (default codes: S3_ERROR_CODES).
     fail_every: k > 0 answers every k-th request (by `.requests`) with fail_every_status.
@@ -167,6 +168,9 @@ class BadHttpServer:
         body = self.data[first : last + 1]
         claimed = (first + 1, last + 1) if self.mode == "wrong_range" else (first, last)
         entry["status"] = 206
+        if self.mode == "interim":  # only the final reply's headers may count
+            handler.wfile.write(b"HTTP/1.1 100 Continue\r\nContent-Range: bytes 0-0/1\r\n"
+                                b'ETag: "interim"\r\n\r\n')
         handler.send_response(206)
         handler.send_header("Content-Range", f"bytes {claimed[0]}-{claimed[1]}/{total}")
         handler.send_header("Content-Length", str(len(body)))

@@ -120,6 +120,17 @@ def test_wrong_content_range_is_refused():
             t.read_into(memoryview(bytearray(10)), 10)
 
 
+def test_an_interim_replys_headers_do_not_count():
+    with BadHttpServer(BIG[:100_000]) as server:
+        server.mode, server.etag = "interim", '"final"'
+        t = open_transport(server.url)
+        assert t.object_bytes == 100_000 and t.info.etag == '"final"'
+        buffer = bytearray(5000)
+        t.read_into(memoryview(buffer), 700)
+        assert buffer == BIG[700:5700]
+        t.close()
+
+
 def test_short_body_is_an_error_not_short_data():
     with BadHttpServer(BIG[:100_000]) as server:
         t = open_transport(server.url)
