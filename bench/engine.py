@@ -2,7 +2,10 @@
 
 The same presigned object, the same ranges, in one run, interleaved: ingest's native engine
 (libcurl multi, one thread), ingest's urllib3 transport (a thread per request in flight), the
-boto3 transport, and the curl CLI (`--parallel`, one process for all the requests). Client CPU
+boto3 transport, the curl CLI (`--parallel`, one process for all the requests), and the AWS CRT's
+HTTP client (awscrt, the other native candidate the issue named: one connection per request in
+flight on its event-loop thread, bodies copied into place by a Python callback, 206, Content-Range
+and length checked), which is measured so the choice of libcurl stays one made by measurement. Client CPU
 is this process's (all threads) for the in-process engines and the child's for curl; the server
 (versitygw) shares the two cores, so requests/s is bounded by it and the ratios are what count.
 
@@ -16,12 +19,15 @@ Targets (issue 12): native CPU per small request <= 100 us; native CPU per GiB <
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import random
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from urllib.parse import urlsplit
 
 if __package__ in (None, ""):  # run as a file: make `bench` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -35,7 +41,7 @@ NAME = "engine"
 SMALL_BYTES = 8 << 10
 LARGE_REQUEST_BYTES = 16 * MiB
 LARGE_DEPTH = 4
-ENGINES = ("native", "urllib3", "boto3", "curl")
+ENGINES = ("native", "urllib3", "boto3", "curl", "awscrt")
 CPU_PER_REQUEST_TARGET_S = 100e-6
 CPU_PER_GIB_TARGET = 1.1  # native / curl
 
@@ -104,8 +110,77 @@ def _curl(url: str, ranges, depth: int, workdir: str) -> dict:
     return {"elapsed_s": elapsed_s, "cpu_s": cpu_s, "requests": len(ranges), "bytes": sum(got)}
 
 
+def _awscrt(url: str, ranges, depth: int) -> dict:
+    """The AWS CRT's HTTP/1.1 client fetching the same ranges over `depth` connections, each
+    starting its next range from the last one's completion callback (on the CRT's thread)."""
+    from awscrt import http as crt_http, io as crt_io
+
+    parts = urlsplit(url)
+    target = f"{parts.path}?{parts.query}"
+    bootstrap = crt_io.ClientBootstrap.get_or_create_static_default()
+    lock, finished = threading.Lock(), threading.Event()
+    state = {"next": 0, "done": 0, "bytes": 0, "error": None}
+
+    def fetch(connection, buffer: memoryview) -> None:
+        with lock:
+            i, state["next"] = state["next"], state["next"] + 1
+        if i >= len(ranges):
+            return
+        first, end = ranges[i]
+        body, got, reply = buffer[: end - first], [0], {}
+
+        def on_response(http_stream, status_code, headers, **_kw):
+            reply.update(status=status_code, range=dict((k.lower(), v) for k, v in headers).get("content-range"))
+
+        def on_body(http_stream, chunk, **_kw):
+            body[got[0]:got[0] + len(chunk)] = chunk  # raises (and fails the stream) past the range's end
+            got[0] += len(chunk)
+
+        def on_done(future) -> None:
+            want = f"bytes {first}-{end - 1}/"
+            bad = future.exception() or (None if reply.get("status") == 206 and got[0] == end - first and
+                                         (reply.get("range") or "").startswith(want) else reply)
+            with lock:
+                state["done"] += 1
+                state["bytes"] += got[0]
+                if bad is not None and state["error"] is None:
+                    state["error"] = f"range {first}-{end - 1}: {bad}"
+                if bad is not None or state["done"] == len(ranges):
+                    finished.set()
+                    return
+            fetch(connection, buffer)
+
+        request = crt_http.HttpRequest("GET", target, crt_http.HttpHeaders(
+            [("Host", parts.netloc), ("Range", f"bytes={first}-{end - 1}")]))
+        stream = connection.request(request, on_response, on_body)
+        stream.completion_future.add_done_callback(on_done)
+        stream.activate()
+
+    largest = max(b - a for a, b in ranges)
+    buffers = [memoryview(bytearray(largest)) for _ in range(depth)]  # touched once, outside the clock
+    cpu0, t0 = common.cpu_self_s(), time.perf_counter()
+    pending = [crt_http.HttpClientConnection.new(parts.hostname, parts.port, bootstrap) for _ in range(depth)]
+    connections = [future.result() for future in pending]
+    for connection, buffer in zip(connections, buffers):
+        fetch(connection, buffer)
+    finished.wait()
+    elapsed_s, cpu_s = time.perf_counter() - t0, common.cpu_self_s() - cpu0
+    for connection in connections:
+        connection.close().result()
+    if state["error"]:
+        raise RuntimeError(f"awscrt: {state['error']}")
+    return {"elapsed_s": elapsed_s, "cpu_s": cpu_s, "requests": len(ranges), "bytes": state["bytes"]}
+
+
+def _engines() -> tuple[str, ...]:
+    """ENGINES, less awscrt where it is not installed (the bench extra installs it)."""
+    return tuple(e for e in ENGINES if e != "awscrt" or importlib.util.find_spec("awscrt") is not None)
+
+
 def _candidate(name: str, engine: str, ranges, depth: int, url: str, s3_uri: str, workdir: str) -> common.Candidate:
-    if engine == "curl":
+    if engine == "awscrt":
+        run = lambda: _awscrt(url, ranges, depth)  # noqa: E731
+    elif engine == "curl":
         run = lambda: _curl(url, ranges, depth, workdir)  # noqa: E731
     elif engine == "boto3":
         run = lambda: _in_process(s3_uri, "s3", "urllib3", ranges, depth)  # noqa: E731
@@ -124,7 +199,7 @@ def run(env: common.BenchEnv, args) -> dict:
     with tempfile.TemporaryDirectory(prefix="ingest-bench-engine-") as workdir:
         for depth in depths:
             cands = []
-            for engine in ENGINES:
+            for engine in _engines():
                 n = args.boto3_requests if engine == "boto3" else args.requests
                 ranges = _ranges(n, SMALL_BYTES, cube.object_bytes, seed=depth)
                 cands.append(_candidate(f"{engine}@{depth}", engine, ranges, depth, url, cube.s3_uri, workdir))
@@ -135,7 +210,7 @@ def run(env: common.BenchEnv, args) -> dict:
         large = [(a, min(a + LARGE_REQUEST_BYTES, large_bytes)) for a in range(0, large_bytes, LARGE_REQUEST_BYTES)]
         if log:
             log(f"engine: {large_bytes / MiB:.0f} MiB in {len(large)} requests of 16 MiB, {LARGE_DEPTH} in flight")
-        cands = [_candidate(engine, engine, large, LARGE_DEPTH, url, cube.s3_uri, workdir) for engine in ENGINES]
+        cands = [_candidate(engine, engine, large, LARGE_DEPTH, url, cube.s3_uri, workdir) for engine in _engines()]
         results["large"] = common.run_interleaved(cands, args.repeats, args.warmup, log)
     results["ratios"], results["targets"] = _ratios(results)
     return results
@@ -153,12 +228,18 @@ def _ratios(results: dict) -> tuple[dict, dict]:
         per_req = _per(cells["native@" + depth]["samples"], "cpu_s", "requests", 1e6)
         ratios[name] = {**common.stats(per_req), "samples": per_req}
         targets[name] = common.target("<=", CPU_PER_REQUEST_TARGET_S * 1e6)
+        for other in ("curl", "awscrt"):  # diagnostics: the engine against the CLI and the other native client
+            if f"{other}@{depth}" in cells:
+                theirs = _per(cells[f"{other}@{depth}"]["samples"], "cpu_s", "requests", 1e6)
+                ratios[f"cpu_per_request_native/{other}@{depth}"] = common.ratio_of(per_req, theirs)
     large = results["large"]
     native = _per(large["native"]["samples"], "cpu_s", "bytes", common.GiB)
     curl = _per(large["curl"]["samples"], "cpu_s", "bytes", common.GiB)
     ratios["cpu_per_gib_native/curl"] = common.ratio_of(native, curl)
     targets["cpu_per_gib_native/curl"] = common.target("<=", CPU_PER_GIB_TARGET)
-    for engine in ("urllib3", "boto3"):
+    for engine in ("urllib3", "boto3", "awscrt"):
+        if engine not in large:
+            continue
         other = _per(large[engine]["samples"], "cpu_s", "bytes", common.GiB)
         ratios[f"cpu_per_gib_{engine}/curl"] = common.ratio_of(other, curl)
     return ratios, targets

@@ -226,7 +226,7 @@ def test_engine_script(tmp_path):
     results = _load(tmp_path, "engine")
     for depth in ("1", "8"):
         cells = results["small"][depth]
-        assert set(cells) == {f"{e}@{depth}" for e in ("native", "urllib3", "boto3", "curl")}
+        assert set(cells) == {f"{e}@{depth}" for e in ("native", "urllib3", "boto3", "curl", "awscrt")}
         for name, cell in cells.items():
             sample = cell["samples"][0]
             assert sample["requests"] == (20 if name.startswith("boto3") else 60)
