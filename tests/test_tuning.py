@@ -299,7 +299,8 @@ def test_real_probe_measures_client_cpu(s3_server, s3_env):
         p = probe_link(t, 0, 24 * MiB)
     assert p.measured == ROUNDS
     assert 0 < p.cpu_per_request_s < 0.05 and p.cpu_per_byte_s >= 0
-    assert p.latency_concurrency is not None and 1.0 <= p.latency_concurrency <= 4.0
+    # at most the wave it measured: 4 threads on urllib3, 16 in flight on the native engine
+    assert p.latency_concurrency is not None and 1.0 <= p.latency_concurrency <= p.latency_wave
 
 
 def test_cheap_requests_in_flight_move_the_seed001_plan_to_zero_waste():
@@ -342,7 +343,9 @@ def test_overlap_the_plan_leans_on_is_measured_even_past_the_budget():
     assumed = tune_read(SerialTransport(blob, 0.002), layout, sel, fast, header=header, probe=False)[0]
     stake = overlap_at_stake_s(assumed, assumed.cost, layout, sel,
                                lambda c: choose(c, layout, sel, threads_max=assumed.threads))
-    assert assumed.threads > 1 and stake > 4 * 0.002  # it leans on overlap; the round costs ~4 latencies
+    # It leans on overlap, by more than the round costs were latencies not to overlap in the
+    # round either: 2 in a row, then 2 waves of 4 (urllib3's wave) one at a time.
+    assert assumed.threads > 1 and stake > (2 + 2 * LATENCY_THREADS) * 0.002
     tuning, probe = tune_read(SerialTransport(blob, 0.002), layout, sel, fast, header=header)
     assert "latency" in probe.measured and probe.latency_concurrency < 1.5
     assert tuning.cost.latency_concurrency is not None
@@ -352,6 +355,24 @@ def test_overlap_the_plan_leans_on_is_measured_even_past_the_budget():
         max_gap_bytes=assumed.max_gap_bytes).n_requests
     # measured overlap leaves nothing at stake
     assert overlap_at_stake_s(tuning, tuning.cost, layout, sel, lambda c: choose(c, layout, sel)) == 0.0
+
+
+def test_latency_round_is_priced_by_the_overlap_its_waves_get():
+    """At once (the budget's assumption until measured) a wave costs one latency; where latencies
+    do not overlap (the case the past-the-budget rule weighs) every request in it costs one."""
+    layout, blob = cube_blob(64)
+
+    class Concurrent(MemoryTransport):
+        concurrent = True  # the native engine: waves of LATENCY_WAVE in its own loop
+
+    for transport, wave in ((MemoryTransport(blob), LATENCY_THREADS), (Concurrent(blob), LATENCY_WAVE)):
+        p = LinkProber(transport, layout.data_offset, layout.data_bytes)
+        assert p.round_s("latency", 0.002, 1e9) == pytest.approx(4 * 0.002)
+        assert p.round_s("latency", 0.002, 1e9, overlap=1.0) == pytest.approx((2 + 2 * wave) * 0.002)
+        assert p.round_s("latency", 0.002, 1e9, overlap=wave / 2) == pytest.approx(6 * 0.002)
+        # the rounds before it are priced as before
+        assert p.until_s("latency", 0.002, 1e9, overlap=1.0) == pytest.approx(
+            p.round_s("stream", 0.002, 1e9) + (2 + 2 * wave) * 0.002)
 
 
 def test_deeper_than_sixteen_in_flight_only_on_measured_overlap():

@@ -139,8 +139,10 @@ def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: Co
         more than it costs: the rounds up to the latency round when the plan leans on unmeasured
         overlap; the streams round when streams adding up would make another plan faster."""
         if prober.next_round != "streams":
+            # Priced as the stake is, with latencies that do not overlap: the round's own waves
+            # then take a latency per request (the case in which the round is worth running).
             return (overlap_at_stake_s(tuning, cost, layout, sel, lambda c: tune(c, model))
-                    > prober.until_s("latency", cost.latency_s, cost.stream_bytes_per_s))
+                    > prober.until_s("latency", cost.latency_s, cost.stream_bytes_per_s, overlap=1.0))
         return (streams_at_stake_s(tuning, cost, in_flight_max, layout, sel,
                                    lambda c: tune(c, model, tuple(prober.measured)))
                 > prober.next_round_s(cost.latency_s, cost.stream_bytes_per_s))

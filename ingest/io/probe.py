@@ -150,15 +150,21 @@ class LinkProber:
         """What the next round should cost on a link with this latency and stream bandwidth."""
         return self.round_s(self.next_round, latency_s, stream_bytes_per_s)
 
-    def until_s(self, name: str, latency_s: float, stream_bytes_per_s: float) -> float:
-        """What the rounds still to run up to and including `name` should cost."""
+    def until_s(self, name: str, latency_s: float, stream_bytes_per_s: float, overlap: float | None = None) -> float:
+        """What the rounds still to run up to and including `name` should cost (see round_s)."""
         todo = [r for r in ROUNDS[:ROUNDS.index(name) + 1] if r not in self.measured]
-        return sum(self.round_s(r, latency_s, stream_bytes_per_s) for r in todo)
+        return sum(self.round_s(r, latency_s, stream_bytes_per_s, overlap) for r in todo)
 
-    def round_s(self, name: str | None, latency_s: float, stream_bytes_per_s: float) -> float:
+    def round_s(self, name: str | None, latency_s: float, stream_bytes_per_s: float,
+                overlap: float | None = None) -> float:
+        """What round `name` should cost. The latency round is two small requests in a row, then
+        two waves of them in flight, of which `overlap` overlap (None: the whole wave at once).
+        Priced at once, a wave of 16 cost one latency; on loopback's two shared cores it took
+        ~16 of them (20-30 ms a round where 4 ms was predicted)."""
         large_s = latency_s + self.large_bytes / stream_bytes_per_s
-        # latency: two small requests in a row, then two waves at once
-        return {"stream": large_s, "latency": 4 * latency_s, "streams": large_s}.get(name, 0.0)
+        at_once = float(self._wave) if overlap is None else max(1.0, min(float(self._wave), overlap))
+        latency_round_s = 2 * latency_s + 2 * latency_s * self._wave / at_once
+        return {"stream": large_s, "latency": latency_round_s, "streams": large_s}.get(name, 0.0)
 
     def fit_large_bytes(self, within_s: float, latency_s: float, stream_bytes_per_s: float) -> None:
         """Shrink the chunk-sized reads, before the first, so one takes about `within_s` (not
