@@ -33,7 +33,9 @@ if __package__ in (None, ""):  # run as a file: make `bench` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import common
+from ingest.errors import TransportError
 from ingest.io.executor import run_requests
+from ingest.io.transports.httpbody import check_content_range, range_header
 from ingest.io.transports import open_transport
 from ingest.units import MiB
 
@@ -137,9 +139,14 @@ def _awscrt(url: str, ranges, depth: int) -> dict:
             got[0] += len(chunk)
 
         def on_done(future) -> None:
-            want = f"bytes {first}-{end - 1}/"
-            bad = future.exception() or (None if reply.get("status") == 206 and got[0] == end - first and
-                                         (reply.get("range") or "").startswith(want) else reply)
+            bad = future.exception()
+            if bad is None and (reply.get("status") != 206 or got[0] != end - first):
+                bad = reply
+            if bad is None:
+                try:  # the same check ingest's transports make
+                    check_content_range(reply.get("range"), first, end - first, "awscrt")
+                except TransportError as exc:
+                    bad = exc
             with lock:
                 state["done"] += 1
                 state["bytes"] += got[0]
@@ -151,7 +158,7 @@ def _awscrt(url: str, ranges, depth: int) -> dict:
             fetch(connection, buffer)
 
         request = crt_http.HttpRequest("GET", target, crt_http.HttpHeaders(
-            [("Host", parts.netloc), ("Range", f"bytes={first}-{end - 1}")]))
+            [("Host", parts.netloc), ("Range", range_header(first, end - first))]))
         stream = connection.request(request, on_response, on_body)
         stream.completion_future.add_done_callback(on_done)
         stream.activate()
