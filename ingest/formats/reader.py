@@ -15,7 +15,7 @@ from ingest.io.transports.base import Transport
 class HeaderTiming:
     """The fastest header request: a free first look at the link for the tuner."""
 
-    first_byte_s: float  # its time to first byte (the size request before it opened the connection)
+    request_s: float  # its wall time, request to last byte (the size request before it opened the connection)
     cpu_s: float  # this process's CPU time for it
 
 
@@ -51,9 +51,9 @@ def _read_header(transport: Transport, offset: int, hdu: int, retry: RetryPolicy
 
 def _timed_block(transport: Transport, offset: int, retry: RetryPolicy, timings: list[HeaderTiming]) -> bytes:
     buf = bytearray(BLOCK_BYTES)
-    cpu0 = time.process_time()
-    first_byte_s = read_with_retries(transport, memoryview(buf), offset, retry, lambda *fault: None)
-    timings.append(HeaderTiming(first_byte_s, time.process_time() - cpu0))
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    read_with_retries(transport, memoryview(buf), offset, retry, lambda *fault: None)
+    timings.append(HeaderTiming(time.perf_counter() - t0, time.process_time() - cpu0))
     return bytes(buf)
 
 
@@ -91,7 +91,7 @@ def read_layout_timed(transport: Transport, hdu: int = 0, retry: RetryPolicy = R
                 object_bytes=transport.object_bytes,
                 header_text=raw.decode("ascii"),
             )
-            return layout, min(timings, key=lambda t: t.first_byte_s)
+            return layout, min(timings, key=lambda t: t.request_s)
         offset = data_offset + hdu_data_span(header)
     raise AssertionError("unreachable")
 

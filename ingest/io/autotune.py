@@ -41,9 +41,9 @@ def probe_read_bytes(needed_bytes: int) -> int:
 def hinted_cost(fallback: CostModel, header: HeaderTiming | None) -> CostModel:
     """The configured model with the latency and client CPU the header request showed (and the
     client CPU per byte assumed until a probe measures it)."""
-    if header is None or header.first_byte_s <= 0:
+    if header is None or header.request_s <= 0:
         return fallback
-    return replace(fallback, latency_s=header.first_byte_s, cpu_per_request_s=min(header.cpu_s, header.first_byte_s),
+    return replace(fallback, latency_s=header.request_s, cpu_per_request_s=min(header.cpu_s, header.request_s),
                    cpu_per_byte_s=ASSUMED_CPU_PER_BYTE_S)
 
 
