@@ -49,7 +49,7 @@ ROUNDS = ("stream", "latency", "streams")
 class LinkProbe:
     """What a probe measured (and, for rounds in ROUNDS but not in `measured`, assumed)."""
 
-    latency_s: float  # time to first byte of a request
+    latency_s: float  # a small request's time, request to last byte (else a large one's to first byte)
     stream_bandwidth_bytes_per_s: float  # one stream, chunk-sized read, latency excluded
     parallel_bandwidth_bytes_per_s: float  # aggregate of `streams` concurrent streams
     streams: int  # concurrent streams in the parallel measurement
