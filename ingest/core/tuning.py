@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ingest.formats.fits import Layout
 from ingest.core.planner import UNLIMITED_GAP, CostModel, Plan
 from ingest.core.plans import plan_selection
-from ingest.io.probe import LATENCY_THREADS, ROUNDS, LinkProbe
+from ingest.io.probe import LATENCY_THREADS, ROUNDS, SCALING_FRACTION, LinkProbe
 from ingest.core.region import Selection
 
 MiB = 1 << 20
@@ -27,7 +27,6 @@ THREADS_MAX = THREAD_CANDIDATES[-1]
 # concurrency costs no threads: it is what lets many small requests hide a long latency.
 IN_FLIGHT_CANDIDATES = THREAD_CANDIDATES + (32, 64)
 IN_FLIGHT_MAX = IN_FLIGHT_CANDIDATES[-1]
-SCALING_FRACTION = 0.75  # k streams giving >= 0.75 k x one stream's bandwidth "add up"
 # The probe's figures move by tens of percent from one probe to the next on a busy machine, so
 # plans predicted within 10 % of the best are treated as equal, and among those the one nearest
 # the measured loopback sweet spot (4 threads, 16 MiB requests) is taken: stable choices, and
