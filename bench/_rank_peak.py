@@ -23,7 +23,7 @@ _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 
 
 def main(argv=None) -> int:
-    from ingest.cli import main as ingest_main
+    from ingest.cli.main import main as ingest_main
 
     status = ingest_main(list(sys.argv[1:] if argv is None else argv))
     rank = next((int(os.environ[v]) for v in _RANK_VARS if os.environ.get(v, "").isdigit()), 0)

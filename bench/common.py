@@ -26,9 +26,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
-from ingest.tools.localserver import LocalS3Server, find_tool
-from ingest.io.presign import presign_url
-from ingest.tools.synth import write_cube
+from ingest.testbed.localserver import LocalS3Server, find_tool
+from ingest.transports.presign import presign_url
+from ingest.testbed.synth import write_cube
 from ingest.units import GiB, MiB
 
 SCHEMA_VERSION = 1
@@ -175,7 +175,7 @@ class BenchEnv:
         path = os.path.join(self.cache_dir, name)
         if not os.path.exists(path):
             write_cube(path, shape, bitpix)
-        from ingest.tools.upload import upload_file
+        from ingest.staging.upload import upload_file
 
         t0 = time.perf_counter()
         upload_file(path, f"s3://{BUCKET}/{name}", progress=False, client=self.server.client())

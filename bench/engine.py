@@ -34,9 +34,9 @@ if __package__ in (None, ""):  # run as a file: make `bench` importable
 
 from bench import common
 from ingest.errors import TransportError
-from ingest.io.executor import run_requests
-from ingest.io.transports.httpbody import check_content_range, range_header
-from ingest.io.transports import open_transport
+from ingest.engine.executor import run_requests
+from ingest.transports.httpbody import check_content_range, range_header
+from ingest.transports import open_transport
 from ingest.units import MiB
 
 NAME = "engine"

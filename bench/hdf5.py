@@ -45,8 +45,8 @@ def h5_cube(env: common.BenchEnv, fits_cube: common.Cube, layout: str) -> dict:
     """The FITS cube's values as an HDF5 dataset in `layout`, written once, uploaded once."""
     import h5py
 
-    from ingest.tools.synth_hdf5 import write_hdf5_cube
-    from ingest.tools.upload import upload_file
+    from ingest.testbed.synth_hdf5 import write_hdf5_cube
+    from ingest.staging.upload import upload_file
 
     name = f"{os.path.splitext(fits_cube.key)[0]}_{layout}.h5"
     path = os.path.join(env.cache_dir, name)

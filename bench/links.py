@@ -2,7 +2,7 @@
 
 `loopback` talks to the server directly (no proxy: nothing emulated, nothing in the way);
 `acacia` and `wan` go through a Toxiproxy proxy carrying the toxics of
-ingest.tools.toxiproxy.PROFILES. Toxiproxy's bandwidth cap applies PER CONNECTION, so N parallel
+ingest.testbed.toxiproxy.PROFILES. Toxiproxy's bandwidth cap applies PER CONNECTION, so N parallel
 range requests get N times one stream's rate: these profiles emulate a per-stream limit (a
 TCP window over a long path, a per-connection shaper), not a shared pipe of that capacity.
 The proxy also costs CPU on the same two cores as client and server.
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ingest.io.presign import presign_url
-from ingest.io.s3client import s3_client
-from ingest.tools.toxiproxy import ToxiproxyServer
+from ingest.transports.presign import presign_url
+from ingest.transports.s3client import s3_client
+from ingest.testbed.toxiproxy import ToxiproxyServer
 
 PROFILE_NAMES = ("loopback", "acacia", "wan")
 

@@ -110,10 +110,10 @@ def read_candidate(cfg: ReadConfig, source: str, env: dict) -> common.Candidate:
 def describe_plan(source: str, cfg: ReadConfig) -> dict:
     """The plan the read executes (requests, wire bytes, whether scatter buffers are used)."""
     from bench._read_once import parse_region  # the child's own parser: one meaning of --region
-    from ingest.api import plan_read
+    from ingest.api.read import plan_read
     from ingest.formats.reader import read_layout
-    from ingest.core.planner import CostModel
-    from ingest.io.transports import open_transport
+    from ingest.core.cost import CostModel
+    from ingest.transports import open_transport
 
     with open_transport(source, cfg.method, threads=1) as transport:
         layout = read_layout(transport, 0)

@@ -56,6 +56,6 @@ def run_ingest(n_ranks: int, run_args: list[str], env: dict, timeout_s: float = 
 
 def shown(cmd: list[str]) -> str:
     """A command for the record, with any presigned URL's query removed."""
-    from ingest.io.presign import redact_url
+    from ingest.redact import redact_url
 
     return " ".join(redact_url(c) if c.startswith(("http://", "https://")) else c for c in cmd)

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.common import Cube
-from ingest.api import plan_read, read_selection
-from ingest.core.region import normalize
-from ingest.io.transports import open_transport
+from ingest.api.read import plan_read, read_selection
+from ingest.core.selection import normalize
+from ingest.transports import open_transport
 
 
 # -- boxes, numpy order (channels, y, x) ---------------------------------------------------------
@@ -101,16 +101,16 @@ def tuned_read(source: str, region, *, method: str, dataset: str | None = None, 
                **transport_options) -> TunedRead:
     """Read `region` as `python -m ingest run` does with strategy auto and threads/chunk on auto
     (ingest.driver.job._tuned): open a transport for the probe, read the header (timed: the
-    tuner's first latency and CPU per request), tune the read with ingest.io.autotune.tune_read (the
+    tuner's first latency and CPU per request), tune the read with ingest.engine.autotune.tune_read (the
     probe rounds that fit its budget, then the plan the cost model predicts fastest), then read with
     the chosen strategy, threads, request size and gap on a transport sized for them (rank 0's
     probe transport is not the ranks' read transport in the driver either). `overrides` replaces
     some of the tuner's choices (strategy, threads, chunk_bytes, max_gap_bytes) after the same
     probe: a manual plan timed exactly as the tuned one."""
-    from ingest.io.autotune import tune_read
+    from ingest.engine.autotune import tune_read
     from ingest.formats.reader import read_any_layout_timed
-    from ingest.core.planner import CostModel
-    from ingest.io.probe import LATENCY_THREADS
+    from ingest.core.cost import CostModel
+    from ingest.core.linkprobe import LATENCY_THREADS
 
     t0 = time.perf_counter()
     with open_transport(source, method, threads=LATENCY_THREADS, **transport_options) as transport:
@@ -176,7 +176,7 @@ def layout_of(source: str, method: str, dataset: str | None = None, **transport_
 def plan_summary(layout, region, *, strategy: str, chunk_bytes: int, threads: int, cost=None,
                  max_gap_bytes: int | None = None) -> dict:
     """What read_subcube will do for these settings (requests, wire bytes, amplification, ...)."""
-    from ingest.core.planner import CostModel
+    from ingest.core.cost import CostModel
 
     cost = cost or CostModel()
     _, plan = plan_read(layout, region, strategy=strategy, chunk_bytes=chunk_bytes,

@@ -24,8 +24,8 @@ if __package__ in (None, ""):  # run as a file: make `bench` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import common
-from ingest.io.stage import stage_object
-from ingest.io.transports import open_transport
+from ingest.staging.stage import stage_object
+from ingest.transports import open_transport
 from ingest.units import MiB
 
 NAME = "staging"

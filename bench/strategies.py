@@ -29,8 +29,8 @@ if __package__ in (None, ""):  # run as a file: make `bench` importable
 
 import ingest
 from bench import common, links, reads
-from ingest.io.probe import probe_link
-from ingest.io.transports import open_transport
+from ingest.engine.probe import probe_link
+from ingest.transports import open_transport
 from ingest.core.tuning import cost_from_probe
 from ingest.units import KiB, MiB
 

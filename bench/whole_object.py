@@ -27,8 +27,8 @@ import numpy as np
 
 import ingest
 from bench import common, links, reads
-from ingest.io.presign import redact_url
-from ingest.tools.synth import voxel_values
+from ingest.redact import redact_url
+from ingest.testbed.synth import voxel_values
 from ingest.units import MiB
 
 NAME = "whole_object"

@@ -4,10 +4,9 @@
 or xarray; `read_subcube(source, region)` reads one box in one call; `python -m ingest run` (and
 `ingest.driver.run(comm, config)`) gives every MPI rank its own box and reports the timings.
 """
-from ingest.api import read_subcube
+from ingest.api import RemoteCube, open, read_subcube
 from ingest.errors import ConfigError, FitsFormatError, IngestError, RegionError, TransportError
-from ingest.remote import RemoteCube, open
+from ingest.version import __version__
 
 __all__ = ["open", "RemoteCube", "read_subcube", "IngestError", "ConfigError", "FitsFormatError", "RegionError",
-           "TransportError"]
-__version__ = "0.1.0"
+           "TransportError", "__version__"]

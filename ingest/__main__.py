@@ -1,6 +1,6 @@
 """`python -m ingest ...` entry point."""
 import sys
 
-from ingest.cli import main
+from ingest.cli.main import main
 
 sys.exit(main())

@@ -24,13 +24,13 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from ingest.core.decompose import parse_grid
 from ingest.errors import ConfigError, RegionError
-from ingest.io.presign import MAX_EXPIRES_S, parse_s3_uri, redact_url
-from ingest.core.region import parse_region
+from ingest.redact import looks_secret, redact_url
+from ingest.transports.presign import MAX_EXPIRES_S, parse_s3_uri
+from ingest.core.selection import parse_region
 from ingest.core.regions import parse_min_overlap, parse_region_shape
 from ingest.units import format_bytes, parse_bytes
 
 SECTIONS = ("run",)  # TOML tables ingest reads; add one when another command reads the file
-_SECRET_WORDS = ("secret", "password", "passwd", "token", "access_key", "credential", "private_key")
 ALL_COMMANDS = ("run", "stage", "prestage")
 LAYOUTS = ("frame", "frame-per-rank", "subcubes")
 # The openssl layer under urllib3 reads at most 2**31 - 1 bytes at once (seed 001 s7.2).
@@ -203,7 +203,7 @@ class RunConfig:
         """All fields for the JSON report, with presigned query strings and URL passwords removed."""
         out = {**asdict(self), **self._redacted()}
         out["resolved_method"] = self.resolved_method
-        from ingest.io.transports import resolved_engine  # late: the config must load without the I/O layer
+        from ingest.transports import resolved_engine  # late: the config must load without the I/O layer
 
         out["resolved_engine"] = resolved_engine(self.resolved_method, self.engine)
         return out
@@ -401,11 +401,6 @@ def did_you_mean(key: str, names=None) -> str:
 # ------------------------------------------------------------------ TOML file
 
 
-def _looks_secret(key: str) -> bool:
-    k = key.lower().replace("-", "_")
-    return any(word in k for word in _SECRET_WORDS)
-
-
 def _secret_error(path: str, key: str) -> ConfigError:
     return ConfigError(
         f"{path}: key {key!r} looks like a credential; ingest never takes secrets from its config "
@@ -428,7 +423,7 @@ def read_config_file(path: str) -> dict:
     except UnicodeDecodeError:
         raise ConfigError(f"config file {path}: not a UTF-8 TOML text file") from None
     for key, value in document.items():
-        if _looks_secret(key):
+        if looks_secret(key):
             raise _secret_error(path, key)
         if key in _FIELDS:
             raise ConfigError(f"config file {path}: {key!r} must go inside the [run] table")
@@ -441,7 +436,7 @@ def read_config_file(path: str) -> dict:
         raise ConfigError(f"config file {path}: 'run' must be a table ([run]), not a value")
     settings = {}
     for key, value in run.items():
-        if _looks_secret(key):
+        if looks_secret(key):
             raise _secret_error(path, f"run.{key}")
         if key not in _FIELDS:
             raise ConfigError(f"config file {path}: unknown key run.{key}{did_you_mean(key)}")

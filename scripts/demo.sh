@@ -14,7 +14,7 @@ work=$(mktemp -d)
 trap 'kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
 
 echo "== 1. start a local S3 server (Versity S3 Gateway on loopback)"
-python -m ingest.tools.localserver --root "$work/s3" --bucket survey > "$work/server.env" &
+python -m ingest.testbed.localserver --root "$work/s3" --bucket survey > "$work/server.env" &
 server_pid=$!
 for _ in $(seq 100); do grep -q AWS_ENDPOINT_URL "$work/server.env" 2>/dev/null && break; sleep 0.1; done
 # shellcheck disable=SC1091

@@ -11,8 +11,8 @@ import warnings
 import pytest
 
 from ingest.errors import IngestError
-from ingest.tools.localserver import LocalS3Server
-from ingest.tools.toxiproxy import SERVER_NAME, ToxiproxyServer, find_tool
+from ingest.testbed.localserver import LocalS3Server
+from ingest.testbed.toxiproxy import SERVER_NAME, ToxiproxyServer, find_tool
 
 # Variables that would steer boto3 away from the test server: a service-specific endpoint
 # beats AWS_ENDPOINT_URL, a profile or session token adds credentials versitygw rejects.
@@ -91,7 +91,7 @@ def engine(request, monkeypatch):
     otherwise, so the reference run makes auto find no native engine (as on a machine without
     pycurl) and the native run requires it: the contract and fault suites then cover the
     engine each run resolves to, config-driven paths included."""
-    from ingest.io.transports import curl
+    from ingest.transports import curl
 
     if request.param == "urllib3":
         monkeypatch.setattr(curl, "native_engine_error", lambda: "disabled for this test")

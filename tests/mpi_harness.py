@@ -9,8 +9,8 @@ import sys
 
 from mpi4py import MPI
 
-import ingest.io.executor as executor
-from ingest.cli import main
+import ingest.engine.executor as executor
+from ingest.cli.main import main
 
 fail_rank, mode, args = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
 if MPI.COMM_WORLD.Get_rank() == fail_rank:

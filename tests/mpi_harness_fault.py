@@ -11,7 +11,7 @@ import sys
 
 from mpi4py import MPI
 
-from ingest.cli import main
+from ingest.cli.main import main
 
 fault_rank, endpoint_url, args = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
 if MPI.COMM_WORLD.Get_rank() == fault_rank:

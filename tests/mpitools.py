@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 from astropy.io import fits
 
-from ingest.tools.synth import write_cube
+from ingest.testbed.synth import write_cube
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -8,7 +8,7 @@ import stat
 import sys
 from pathlib import Path
 
-from ingest.tools.synth import write_cube
+from ingest.testbed.synth import write_cube
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE = (24, 36, 40)  # numpy order; with REGION_SHAPE 24x20x10 and MIN_OVERLAP 4,2: 2 x 2 x 3 = 12 regions

@@ -20,13 +20,13 @@ import pytest
 from astropy.io import fits
 
 import ingest.config
-import ingest.io.stage
-from ingest.cli import main
+import ingest.staging.stage
+from ingest.cli.main import main
 from ingest.config import read_config_file
 from ingest.errors import ConfigError, IngestError
-from ingest.io.presign import presign_url
-from ingest.tools.synth import write_cube
-from ingest.io.transports.base import MemoryTransport
+from ingest.transports.presign import presign_url
+from ingest.testbed.synth import write_cube
+from ingest.transports.base import MemoryTransport
 from tests.mpitools import ROOT, child_env
 from tests.badhttp import BadHttpServer
 
@@ -193,7 +193,7 @@ def test_bad_option_values_name_the_field(cube, run_outputs, args, field, detail
 
 
 def test_bad_input_to_single_process_commands(cube, tmp_path, capsys):
-    """info, plan, report and presign, called in-process through ingest.cli.main."""
+    """info, plan, report and presign, called in-process through ingest.cli.main.main."""
     assert main(["plan", cube["path"], "--chunk-bytes", "12XB"]) == 1
     assert "chunk_bytes" in capsys.readouterr().err
     assert main(["plan", cube["path"], "--region", "0:999"]) == 1
@@ -299,10 +299,10 @@ def test_stage_object_checks_space_before_any_request(tmp_path, monkeypatch):
         f_bavail, f_frsize = 256, 4096  # 1 MiB
         f_bsize, f_blocks, f_bfree = free.f_bsize, free.f_blocks, 256
 
-    monkeypatch.setattr(ingest.io.stage.os, "statvfs", lambda path: Tiny)
+    monkeypatch.setattr(ingest.staging.stage.os, "statvfs", lambda path: Tiny)
     transport = MemoryTransport(bytes(2 << 20), "s3://bucket/big.fits")
     with pytest.raises(IngestError) as info:
-        ingest.io.stage.stage_object(transport, str(tmp_path / "stage"), chunk_bytes=1 << 20, threads=1)
+        ingest.staging.stage.stage_object(transport, str(tmp_path / "stage"), chunk_bytes=1 << 20, threads=1)
     message = str(info.value)
     assert "stage_dir" in message and str(tmp_path / "stage") in message and str(2 << 20) in message
     assert transport.requests == 0

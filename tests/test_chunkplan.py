@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from ingest.core.chunkplan import best_gap_plan, chunk_aligned_split, chunks_for_box, plan_chunks
 from ingest.core.chunks import ChunkIndex
-from ingest.core.planner import UNLIMITED_GAP, CostModel
+from ingest.core.lattice import UNLIMITED_GAP
+from ingest.core.cost import CostModel
 from ingest.errors import ConfigError, RegionError
 
 

@@ -253,7 +253,7 @@ def test_secret_looking_keys_are_refused(tmp_path, key, where):
 
 
 def test_no_setting_looks_like_a_secret():
-    from ingest.config import _looks_secret
+    from ingest.redact import looks_secret as _looks_secret
 
     assert not [f.name for f in dataclasses.fields(RunConfig) if _looks_secret(f.name)]
 
@@ -293,8 +293,8 @@ def test_s3_source_kept_verbatim_in_report():
 
 
 def test_cost_model_defaults_agree_everywhere():
-    from ingest.core import planner
-    from ingest.core.planner import CostModel
+    from ingest.core import lattice as planner
+    from ingest.core.cost import CostModel
 
     defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
     assert defaults["latency_s"] == CostModel().latency_s == decompose.DEFAULT_LATENCY_S

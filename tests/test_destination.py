@@ -6,11 +6,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.api import plan_read
-from ingest.core.planner import STRATEGIES
-from ingest.io.destination import compact_file, mirror_file, size_file
-from ingest.io.executor import execute
-from ingest.io.transports import MemoryTransport
+from ingest.api.read import plan_read
+from ingest.core.lattice import STRATEGIES
+from ingest.engine.destination import compact_file, mirror_file, size_file
+from ingest.engine.executor import execute
+from ingest.transports import MemoryTransport
 from tests.test_planner_properties import cube_and_region, cube_object
 
 FILL = 0xA5  # what the file held before: bytes outside the needed runs must keep it
@@ -84,7 +84,7 @@ def test_sparse_frame_holes_stay_holes(tmp_path):
 def test_crc32_is_the_selections_bytes_in_either_layout(tmp_path_factory, case, slab_bytes):
     import zlib
 
-    from ingest.io.destination import crc32_of
+    from ingest.engine.destination import crc32_of
 
     shape, bitpix, region = case
     blob, data, layout = cube_object(shape, bitpix)

@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 from astropy.io import fits
 
-from ingest.io.transports.httpbody import RESUME_GRAIN_BYTES
-from ingest.api import plan_read, read_selection, read_subcube
+from ingest.transports.httpbody import RESUME_GRAIN_BYTES
+from ingest.api.read import plan_read, read_selection, read_subcube
 from ingest.errors import (
     ExpiredURLError,
     ObjectChangedError,
@@ -32,11 +32,11 @@ from ingest.errors import (
     TransportError,
 )
 from ingest.formats.reader import read_layout
-from ingest.io.presign import presign_url, url_expiry
-from ingest.io.retry import RetryPolicy
-from ingest.io.s3client import s3_client
-from ingest.tools.synth import write_cube
-from ingest.io.transports import open_transport
+from ingest.transports.presign import presign_url, url_expiry
+from ingest.transports.retry import RetryPolicy
+from ingest.transports.s3client import s3_client
+from ingest.testbed.synth import write_cube
+from ingest.transports import open_transport
 from tests.badhttp import BadHttpServer
 
 # A hang fails with a stack dump instead of stalling CI; every test runs over each HTTP engine.

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from astropy.io import fits
 
-from ingest.tools.synth import write_cube
+from ingest.testbed.synth import write_cube
 from tests.mpitools import ROOT, child_env, reassemble
 
 pytestmark = pytest.mark.timeout(150)

@@ -1,4 +1,4 @@
-"""ingest.io.filters: HDF5 chunks decoded outside HDF5 agree bit for bit with h5py's own read.
+"""ingest.formats.filters: HDF5 chunks decoded outside HDF5 agree bit for bit with h5py's own read.
 
 Files are written by h5py (hdf5plugin for zstd, blosc, lz4, bitshuffle) in memory; each chunk's
 stored bytes come from `read_direct_chunk`, are decoded by `decode_chunk`, and are compared with
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from ingest.core.chunks import Filter
 from ingest.errors import IngestError
-from ingest.io.filters import SUPPORTED, FilterError, check_supported, decode_chunk, decode_chunk_part
+from ingest.formats.filters import SUPPORTED, FilterError, check_supported, decode_chunk, decode_chunk_part
 
 
 def _file():

@@ -8,7 +8,7 @@ from astropy.io import fits
 from ingest import read_subcube
 from ingest.errors import FitsFormatError, RegionError
 from ingest.formats.reader import read_layout
-from ingest.io.transports import MemoryTransport, open_transport
+from ingest.transports import MemoryTransport, open_transport
 
 
 def _write(path, hdus):

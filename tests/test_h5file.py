@@ -10,7 +10,7 @@ from hypothesis import given, strategies as st
 
 from ingest.formats.h5file import BTREE_SIGNATURE, TransportFile, btree_children
 from ingest.formats.hdf5 import read_hdf5_layout
-from ingest.io.transports import open_transport
+from ingest.transports import open_transport
 
 
 def _node(rank, children, level=1, node_type=1, sizes=None):

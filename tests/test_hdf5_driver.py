@@ -7,7 +7,7 @@ import h5py
 import numpy as np
 import pytest
 
-from ingest.tools.synth_hdf5 import write_hdf5_cube
+from ingest.testbed.synth_hdf5 import write_hdf5_cube
 from tests.mpitools import child_env, cli, mpiexec
 
 SHAPE = (24, 40, 36)  # numpy order (z, y, x)

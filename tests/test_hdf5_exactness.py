@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ingest
-from ingest.io.presign import presign_url
+from ingest.transports.presign import presign_url
 
 DTYPES = ("i1", "u1", "i2", "u2", "i4", "u4", "i8", "f4", "f8")
 # (name, h5py create_dataset keywords): the pipelines HDF5.md lists, alone and combined

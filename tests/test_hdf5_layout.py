@@ -20,9 +20,9 @@ from ingest.core.chunks import ChunkIndex
 from ingest.errors import IngestError, RetryableError, TransportError
 from ingest.formats.hdf5 import (HDF5_SIGNATURE, H5Layout, Hdf5FormatError, TransportFile, is_hdf5, list_datasets,
                                  read_hdf5_layout)
-from ingest.io.retry import RetryPolicy
-from ingest.io.transports.base import MemoryTransport
-from ingest.io.transports.posix import PosixTransport
+from ingest.transports.retry import RetryPolicy
+from ingest.transports.base import MemoryTransport
+from ingest.transports.posix import PosixTransport
 
 DTYPES = [">f4", "<f4", ">f8", "<f8", ">i2", "<i2", ">i4", "<u2", "u1", "i1", ">i8"]
 FAST = RetryPolicy(retries=3, backoff_s=0.0)
@@ -379,7 +379,7 @@ def test_list_datasets_describes_every_dataset(tmp_path):
 
 def test_layout_plans_and_reads_through_the_engine(tmp_path):
     """The duck-typed layout drives ingest's planner and executor like a FITS one."""
-    from ingest.api import read_subcube
+    from ingest.api.read import read_subcube
 
     values = np.random.default_rng(1).random((10, 20, 30)).astype(">f4")
     for i, kw in enumerate([{}, dict(chunks=(3, 8, 7), compression="gzip", shuffle=True)]):

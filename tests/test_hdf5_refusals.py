@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import ingest
-import ingest.io.chunked as chunked
+import ingest.engine.chunked as chunked
 from ingest.errors import IngestError, RegionError
-from ingest.io.filters import FilterError
-from ingest.tools.synth import write_cube
+from ingest.formats.filters import FilterError
+from ingest.testbed.synth import write_cube
 
 DATA = np.arange(6 * 8 * 10, dtype=">f4").reshape(6, 8, 10)
 

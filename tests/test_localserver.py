@@ -11,9 +11,9 @@ import textwrap
 
 import pytest
 
-import ingest.tools.localserver as localserver
+import ingest.testbed.localserver as localserver
 from ingest.errors import IngestError
-from ingest.tools.localserver import LocalS3Server, find_tool
+from ingest.testbed.localserver import LocalS3Server, find_tool
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -51,7 +51,7 @@ def test_server_serves_plain_files_under_root(s3_server, s3_bucket):
 def test_env_points_a_subprocess_at_the_server(s3_server, s3_bucket):
     s3_server.client().put_object(Bucket=s3_bucket, Key="k", Body=b"xyz")
     code = (
-        "import sys\nfrom ingest.io.s3client import s3_client\n"
+        "import sys\nfrom ingest.transports.s3client import s3_client\n"
         f"sys.stdout.write(s3_client().get_object(Bucket={s3_bucket!r}, Key='k')['Body'].read().decode())"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
@@ -64,7 +64,7 @@ def test_env_points_a_subprocess_at_the_server(s3_server, s3_bucket):
 def test_wrong_secret_is_refused(s3_server, s3_bucket):
     from botocore.exceptions import ClientError
 
-    from ingest.io.s3client import s3_client
+    from ingest.transports.s3client import s3_client
 
     bad = s3_client(endpoint_url=s3_server.endpoint_url, aws_access_key_id=s3_server.access_key,
                     aws_secret_access_key="not-the-secret", region_name="us-east-1")
@@ -134,7 +134,7 @@ def test_start_timeout_is_bounded(monkeypatch, tmp_path):
 
 def test_module_main_prints_exports_and_stops_on_sigterm():
     env = dict(os.environ, PYTHONPATH=REPO)
-    proc = subprocess.Popen([sys.executable, "-m", "ingest.tools.localserver"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "ingest.testbed.localserver"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         exports = {}
@@ -145,7 +145,7 @@ def test_module_main_prints_exports_and_stops_on_sigterm():
             exports[name] = value
         assert set(exports) == {"AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
                                 "AWS_DEFAULT_REGION"}
-        from ingest.io.s3client import s3_client
+        from ingest.transports.s3client import s3_client
 
         client = s3_client(endpoint_url=exports["AWS_ENDPOINT_URL"], region_name="us-east-1",
                            aws_access_key_id=exports["AWS_ACCESS_KEY_ID"],

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from ingest.tools.synth import write_cube
+from ingest.testbed.synth import write_cube
 from tests.mpitools import ROOT, child_env, mpiexec, reassemble, upload_fits_cube
 
 SHAPE = (24, 40, 36)  # numpy order (z, y, x)

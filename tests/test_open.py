@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 
 import ingest
 import ingest.driver
-import ingest.remote
-from ingest.cli import main as cli_main
+import ingest.api.cube
+from ingest.cli.main import main as cli_main
 from ingest.errors import ConfigError, RegionError
-from ingest.io.presign import presign_url
-from ingest.tools.synth import write_cube
-from ingest.tools.synth_hdf5 import write_hdf5_cube
+from ingest.transports.presign import presign_url
+from ingest.testbed.synth import write_cube
+from ingest.testbed.synth_hdf5 import write_hdf5_cube
 from tests.mpitools import ROOT, child_env
 
 # name -> how it is written; hdu/dataset say where the cube is
@@ -278,7 +278,7 @@ def test_the_probe_runs_once_under_a_lock(tmp_path, monkeypatch):
     it and reuse its cost model through the pure tuner."""
     path = tmp_path / "probe.fits"
     write_cube(path, (20, 128, 128), -32)  # 1.25 MiB: enough data to be worth probing
-    real = ingest.remote.tune_read
+    real = ingest.api.cube.tune_read
     calls, active, most = [], [0], [0]
 
     def slow_tune(*args, **kw):
@@ -290,7 +290,7 @@ def test_the_probe_runs_once_under_a_lock(tmp_path, monkeypatch):
         active[0] -= 1
         return tuning, object()  # "the probe measured something"
 
-    monkeypatch.setattr(ingest.remote, "tune_read", slow_tune)
+    monkeypatch.setattr(ingest.api.cube, "tune_read", slow_tune)
     whole = local_array(str(path), {"kind": "fits", "hdu": 0})
     with ingest.open(path) as cube, ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lambda k: cube[k, 10:90], range(8)))

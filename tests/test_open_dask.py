@@ -13,8 +13,8 @@ from astropy.io import fits
 from astropy.wcs import WCS
 
 import ingest
-from ingest.tools.synth import write_cube
-from ingest.tools.synth_hdf5 import write_hdf5_cube
+from ingest.testbed.synth import write_cube
+from ingest.testbed.synth_hdf5 import write_hdf5_cube
 from tests.mpitools import ROOT
 
 try:

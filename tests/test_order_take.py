@@ -8,7 +8,7 @@ from hypothesis import given, strategies as st
 
 from ingest.core.regions import take_first
 from ingest.errors import ConfigError
-from ingest.io.executor import request_order
+from ingest.engine.executor import request_order
 from tests.mpitools import child_env, mpiexec, reassemble, upload_fits_cube
 from tests.test_mpi_run import SHAPE
 

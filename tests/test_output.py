@@ -13,8 +13,8 @@ from astropy.wcs import WCS
 from ingest.errors import IngestError, RegionError
 from ingest.formats.reader import read_layout
 from ingest.outputs.subcubes import check_output_dir, output_name, subcube_header, write_subcube
-from ingest.tools.synth import voxel_values, write_cube
-from ingest.io.transports import open_transport
+from ingest.testbed.synth import voxel_values, write_cube
+from ingest.transports import open_transport
 
 CASES = [  # (id, bitpix, scaling, shape, extension, box in numpy order)
     ("f32", -32, {}, (7, 29, 37), False, ((1, 5), (3, 20), (10, 37))),

@@ -7,12 +7,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.api import plan_read, read_selection
+from ingest.api.read import plan_read, read_selection
 from ingest.errors import ConfigError
-from ingest.formats.fits import BITPIX_DTYPES, Layout
-from ingest.core.planner import STRATEGIES, CostModel, make_plan
-from ingest.core.region import normalize
-from ingest.io.transports import MemoryTransport
+from ingest.formats.fits import BITPIX_DTYPES, FitsLayout as Layout
+from ingest.core.lattice import STRATEGIES, make_plan
+from ingest.core.cost import CostModel
+from ingest.core.selection import normalize
+from ingest.transports import MemoryTransport
 
 HEADER_BYTES = 2880  # data starts after one header block, as in a real file
 

@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 
 from ingest import cli
 from ingest.errors import ConfigError, IngestError, TransportError
-from ingest.io.presign import parse_s3_uri, presign_url, redact_url, url_expiry
+from ingest.transports.presign import parse_s3_uri, presign_url, url_expiry
+from ingest.redact import redact_url
 from ingest.units import GiB, MiB, TiB, format_bytes, parse_bytes
-from ingest.tools.upload import (MAX_PART_BYTES, MAX_PARTS, MIN_PART_BYTES, choose_part_bytes,
+from ingest.staging.upload import (MAX_PART_BYTES, MAX_PARTS, MIN_PART_BYTES, choose_part_bytes,
                            upload_file)
 
 HTTP = urllib3.PoolManager(retries=False)
@@ -245,7 +246,7 @@ def test_format_bytes():
 
 
 def test_s3_client_routes_config_options_and_keeps_sigv4_path_style():
-    from ingest.io.s3client import s3_client
+    from ingest.transports.s3client import s3_client
 
     client = s3_client(max_pool_connections=20, connect_timeout=3, read_timeout=7, verify=False,
                        region_name="ap-southeast-2", endpoint_url="http://127.0.0.1:9",

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from astropy.io import fits
 
-from ingest.tools.synth import write_cube
+from ingest.testbed.synth import write_cube
 from tests.mpitools import child_env, cli, mpiexec
 
 SHAPE = (30, 40, 36)  # numpy order (z, y, x)

@@ -7,8 +7,8 @@ import pytest
 from astropy.io import fits
 
 from ingest import read_subcube
-from ingest.io.presign import presign_url
-from ingest.tools.synth import write_cube
+from ingest.transports.presign import presign_url
+from ingest.testbed.synth import write_cube
 
 CASES = [  # (bitpix, scaling, shape, extension)
     (8, {}, (5, 17, 23), False),

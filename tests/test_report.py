@@ -167,7 +167,7 @@ def test_report_command_prints_summary(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "makespan" in out and "z2-3" in out
 
-    from ingest.cli import main  # `python -m ingest report PATH.json`, errors name the file
+    from ingest.cli.main import main  # `python -m ingest report PATH.json`, errors name the file
     assert main(["report", str(path)]) == 0 and "z2-3" in capsys.readouterr().out
     assert main(["report", str(tmp_path / "nope.json")]) == 1
     assert "nope.json" in capsys.readouterr().err

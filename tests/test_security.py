@@ -22,14 +22,14 @@ import numpy as np
 import pytest
 from astropy.io import fits
 
-from ingest.api import read_subcube
-from ingest.cli import build_parser
+from ingest.api.read import read_subcube
+from ingest.cli.main import build_parser
 from ingest.config import RunConfig, read_config_file
 from ingest.errors import ConfigError, IngestError, TransportError
-from ingest.io.presign import presign_url
-from ingest.io.retry import RetryPolicy, read_with_retries
-from ingest.tools.synth import write_cube
-from ingest.io.transports.http import HttpTransport
+from ingest.transports.presign import presign_url
+from ingest.transports.retry import RetryPolicy, read_with_retries
+from ingest.testbed.synth import write_cube
+from ingest.transports.http import HttpTransport
 from tests.mpitools import ROOT, child_env, cli, mpiexec
 from tests.tlsserver import TlsServer, make_ca_and_cert
 

@@ -12,10 +12,10 @@ from datetime import datetime
 
 import pytest
 
-from ingest.tools import children, soak
+from ingest.study import children, soak
 from ingest.errors import ConfigError
-from ingest.io.presign import presign_url
-from ingest.tools.synth import write_cube
+from ingest.transports.presign import presign_url
+from ingest.testbed.synth import write_cube
 
 SHAPE = (16, 32, 32)  # numpy order; float32: 64 KiB of data, so a run is all startup
 DATA_BYTES = 16 * 32 * 32 * 4
@@ -270,7 +270,7 @@ def test_a_run_past_run_timeout_is_killed_and_recorded_as_timeout(stall_url, env
 
 def test_ctrl_c_finishes_the_current_row_as_interrupted_and_prints_the_summary(stall_url, env, tmp_path):
     db = str(tmp_path / "soak.sqlite")
-    proc = subprocess.Popen([sys.executable, "-m", "ingest.tools.soak", "--runs", "3", "--db", db, "--label", "hang",
+    proc = subprocess.Popen([sys.executable, "-m", "ingest.study.soak", "--runs", "3", "--db", db, "--label", "hang",
                              "--", "--source", stall_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 20
     while not leftover_processes(" ".join(["run", "--source", stall_url]).replace(" ", "\0")):

@@ -11,13 +11,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from ingest.io import stage
+from ingest.staging import stage
 from ingest.errors import ConfigError, IngestError, TransportError
-from ingest.io.executor import execute
-from ingest.io.presign import presign_url
-from ingest.io.transports import MemoryTransport, open_transport
-from ingest.io.transports.base import Transport
-from ingest.io.transports.posix import DirectIOUnsupportedError, PosixTransport
+from ingest.engine.executor import execute
+from ingest.transports.presign import presign_url
+from ingest.transports import MemoryTransport, open_transport
+from ingest.transports.base import Transport
+from ingest.transports.posix import DirectIOUnsupportedError, PosixTransport
 
 OBJECT = os.urandom(5 * 1024 * 1024 + 321)  # odd size: the last chunk is short
 KEY = "survey/cube.fits"

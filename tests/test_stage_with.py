@@ -9,10 +9,11 @@ import sys
 import pytest
 
 from ingest.errors import ConfigError, IngestError
-from ingest.io import stage, stage_tools
-from ingest.io.presign import presign_url
+from ingest.staging import stage
+from ingest.staging import tools as stage_tools
+from ingest.transports.presign import presign_url
 from ingest.outputs import report as reports
-from ingest.tools.synth import write_cube
+from ingest.testbed.synth import write_cube
 from tests.mpitools import child_env, cli, mpiexec
 
 SHAPE = (16, 40, 36)  # numpy order (z, y, x)
@@ -257,7 +258,7 @@ def test_curl_template_with_a_presigned_url(cube, s3_server, tmp_path):
 
 def test_python_template_with_the_s3_uri(cube, s3_server, tmp_path):
     """A site's own copy script: here boto3 in a one-liner, credentials from the environment."""
-    body = ("import sys; from ingest.io.s3client import s3_client; b, k = sys.argv[1][5:].split('/', 1); "
+    body = ("import sys; from ingest.transports.s3client import s3_client; b, k = sys.argv[1][5:].split('/', 1); "
             "s3_client().download_file(b, k, sys.argv[2])")
     stage_dir = tmp_path / "stage"
     proc = cli(["stage", "--source", cube["s3"], "--stage-with", _python_template(body), "--stage-dir", stage_dir,

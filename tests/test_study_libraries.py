@@ -13,7 +13,7 @@ import zlib
 import pytest
 from hypothesis import given, strategies as st
 
-from ingest.io.presign import presign_url
+from ingest.transports.presign import presign_url
 from ingest.study.libraries import chunk_ranges, crc32_combine, drop_page_cache, server_is_local
 from ingest.study.config import LIBRARIES
 from tests.badhttp import BadHttpServer

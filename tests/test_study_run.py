@@ -13,7 +13,7 @@ from ingest.study import db
 from ingest.study.config import parse_config
 from ingest.study.matrix import build_cells, default_boxes, schedule
 from ingest.study.setting import staging_tools
-from ingest.tools.synth import write_cube
+from ingest.testbed.synth import write_cube
 from tests.mpitools import ROOT, child_env
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

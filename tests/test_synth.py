@@ -9,10 +9,10 @@ import pytest
 from astropy.io import fits
 from astropy.wcs import WCS
 
-from ingest.tools import synth
-from ingest.cli import main
+from ingest.testbed import synth
+from ingest.cli.main import main
 from ingest.errors import ConfigError
-from ingest.tools.synth import BITPIX_DTYPES, voxel_values, write_cube
+from ingest.testbed.synth import BITPIX_DTYPES, voxel_values, write_cube
 
 ALL_BITPIX = sorted(BITPIX_DTYPES)
 SHAPES = {1: (37,), 2: (5, 7), 3: (3, 4, 5), 4: (2, 3, 4, 5)}  # numpy order, odd sizes on purpose
@@ -231,7 +231,7 @@ def test_cli_bad_shape_is_a_user_error(tmp_path, capsys):
 def test_hdf5_cubes_hold_the_computable_voxels(tmp_path, kw):
     import h5py
 
-    from ingest.tools.synth_hdf5 import write_hdf5_cube
+    from ingest.testbed.synth_hdf5 import write_hdf5_cube
 
     shape = (10, 12, 14)
     info = write_hdf5_cube(tmp_path / "c.h5", shape, -32, **kw)
@@ -246,7 +246,7 @@ def test_hdf5_cubes_hold_the_computable_voxels(tmp_path, kw):
 
 
 def test_hdf5_filters_need_chunks(tmp_path):
-    from ingest.tools.synth_hdf5 import write_hdf5_cube
+    from ingest.testbed.synth_hdf5 import write_hdf5_cube
 
     with pytest.raises(ConfigError, match="compression: filters need a chunked dataset"):
         write_hdf5_cube(tmp_path / "c.h5", (4, 4, 4), compression="gzip")

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from astropy.io import fits
 
-from ingest.tools.synth import write_cube
-from ingest.tools.synth_hdf5 import write_hdf5_cube
+from ingest.testbed.synth import write_cube
+from ingest.testbed.synth_hdf5 import write_hdf5_cube
 from tests.mpitools import child_env, cli, mpiexec
 
 SHAPE = (12, 20, 18)  # numpy order (z, y, x)

@@ -10,10 +10,10 @@ from hypothesis import assume, given, settings, strategies as st
 from ingest.core.decompose import grid_boxes
 from ingest.core.tiles import (SCHEMA, Tile, TileIndexError, check_crc, check_key, check_run_config, data_crc32,
                                looks_like_json_object, make_index, parse_index, parse_index_bytes, tile_key,
-                               tile_location, whole_cube_layout)
+                               tile_location)
 from ingest.errors import ConfigError, FitsFormatError
-from ingest.formats.reader import read_any_layout_timed
-from ingest.io.transports import MemoryTransport
+from ingest.formats.reader import read_any_layout_timed, whole_cube_layout
+from ingest.transports import MemoryTransport
 
 
 @st.composite
@@ -187,9 +187,9 @@ def test_the_format_dispatch_tells_an_index_by_its_content_not_its_name():
 def test_tile_zero_stands_for_the_cube(tmp_path):
     """The run's cut-outs of a tiled source get the same header as cut-outs of the source."""
     from ingest.formats.reader import read_any_layout
-    from ingest.io.transports import open_transport
+    from ingest.transports import open_transport
     from ingest.outputs.subcubes import subcube_header, write_subcube
-    from ingest.tools.synth import write_cube
+    from ingest.testbed.synth import write_cube
 
     shape = (6, 10, 8)
     write_cube(tmp_path / "cube.fits", shape, 16, bzero=32768, bscale=1, extension=True)

@@ -9,7 +9,7 @@ import pytest
 import urllib3
 
 from ingest.errors import ConfigError, IngestError
-from ingest.tools.toxiproxy import PROFILES, SERVER_NAME, ToxiproxyServer, find_tool
+from ingest.testbed.toxiproxy import PROFILES, SERVER_NAME, ToxiproxyServer, find_tool
 
 BODY = bytes(range(256)) * 400  # 100 KiB with a recognisable pattern
 

@@ -6,8 +6,8 @@ import threading
 import pytest
 
 from ingest.errors import RangeNotSupportedError, TransportError
-from ingest.io.presign import presign_url
-from ingest.io.transports import MemoryTransport, open_transport
+from ingest.transports.presign import presign_url
+from ingest.transports import MemoryTransport, open_transport
 from tests.badhttp import BadHttpServer
 
 OBJECT = os.urandom(3 * 1024 * 1024 + 17)  # not a multiple of anything

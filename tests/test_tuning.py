@@ -9,14 +9,15 @@ from astropy.io import fits
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.io.autotune import overlap_at_stake_s, tune_read
-from ingest.formats.fits import Layout
-from ingest.core.planner import STRATEGIES, CostModel, make_plan
+from ingest.engine.autotune import overlap_at_stake_s, tune_read
+from ingest.formats.fits import FitsLayout as Layout
+from ingest.core.lattice import STRATEGIES, make_plan
+from ingest.core.cost import CostModel
 from ingest.formats.reader import HeaderTiming, read_layout, read_layout_timed
-from ingest.io.probe import (LATENCY_THREADS, LATENCY_WAVE, MIN_PROBE_READ_BYTES, ROUNDS, SHARED_SCALING_MAX, LinkProbe,
-                             LinkProber, probe_link)
-from ingest.core.region import normalize
-from ingest.io.transports import MemoryTransport, open_transport
+from ingest.engine.probe import MIN_PROBE_READ_BYTES, SHARED_SCALING_MAX, LinkProber, probe_link
+from ingest.core.linkprobe import LATENCY_THREADS, LATENCY_WAVE, ROUNDS, LinkProbe
+from ingest.core.selection import normalize
+from ingest.transports import MemoryTransport, open_transport
 from ingest.core.tuning import (CHUNK_CANDIDATES, NEAR_BEST, THREAD_CANDIDATES, THREADS_MAX, choose, cost_from_probe,
                                 streams_add_up)
 

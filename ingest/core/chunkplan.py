@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ingest.core.chunks import ChunkIndex
-from ingest.core.planner import UNLIMITED_GAP, CostModel
+from ingest.core.lattice import UNLIMITED_GAP
+from ingest.core.cost import CostModel
 from ingest.errors import ConfigError, RegionError
 
 Box = tuple[tuple[int, int], ...]

@@ -43,7 +43,7 @@ import math
 from dataclasses import dataclass
 
 from ingest.errors import ConfigError, RegionError
-from ingest.core.planner import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, CostModel  # noqa: F401 - re-exported defaults
+from ingest.core.lattice import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, CostModel  # noqa: F401 - re-exported defaults
 from ingest.units import format_bytes
 
 Box = tuple[tuple[int, int], ...]
@@ -90,7 +90,7 @@ def _fit_grid(parts: tuple[int, ...], ndim: int, text) -> tuple[int, ...]:
     return tuple(parts) + (1,) * (ndim - len(parts))
 
 
-def _check_shape(shape) -> tuple[int, ...]:
+def check_shape(shape) -> tuple[int, ...]:
     shape = tuple(int(n) for n in shape)
     if not shape:
         raise RegionError("cube has no axes (NAXIS = 0): nothing to split among ranks")
@@ -138,7 +138,7 @@ def grid_boxes(shape, grid_fits, halo: int = 0, *, n_ranks: int | None = None, c
     With `chunk_shape` (a chunked HDF5 dataset; `origin`: where `shape` starts in it), the cuts
     fall on chunk boundaries where the axis has chunks enough, so no chunk is read by two boxes.
     """
-    shape = _check_shape(shape)
+    shape = check_shape(shape)
     if isinstance(halo, bool) or not isinstance(halo, int) or halo < 0:
         raise ConfigError(f"halo: expected a whole number of pixels >= 0, got {halo!r}")
     grid = _numpy_grid(shape, grid_fits, n_ranks)
@@ -252,7 +252,7 @@ def auto_grid(
 
     Returns (grid_fits, reason), reason being one line for `plan` to print.
     """
-    shape = _check_shape(shape)
+    shape = check_shape(shape)
     if isinstance(n_ranks, bool) or not isinstance(n_ranks, int) or n_ranks < 1:
         raise ConfigError(f"grid: need at least 1 rank, got {n_ranks!r}")
     n_voxels = math.prod(shape)
@@ -296,7 +296,7 @@ def _reason(shape, best: _Score, alternative: _Score | None, n_ranks: int) -> st
 
 def resolve_grid(shape, grid_text: str, n_ranks: int, itemsize: int, **cost) -> tuple[tuple[int, ...], str]:
     """'auto' -> auto_grid(...); otherwise parse and check the user's grid. Returns (grid_fits, reason)."""
-    shape = _check_shape(shape)
+    shape = check_shape(shape)
     if isinstance(grid_text, str) and grid_text.strip().lower() == "auto":
         return auto_grid(shape, n_ranks, itemsize, **cost)
     grid_fits = parse_grid(grid_text, len(shape))

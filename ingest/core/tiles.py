@@ -301,23 +301,6 @@ def data_crc32(data: np.ndarray) -> int:
     return zlib.crc32(np.ascontiguousarray(data).reshape(-1).view(np.uint8)) & 0xFFFFFFFF
 
 
-def whole_cube_layout(first_tile, index: TileIndex, name: str):
-    """The cube's layout as its tiles describe it, for the report, scaling and cut-outs: tile 0's
-    (its box starts at the origin, so its WCS is the source's) with the whole cube's shape.
-    Offsets stay tile 0's; object_bytes is every tile's."""
-    from dataclasses import replace
-
-    if first_tile.kind != "fits":
-        return replace(first_tile, source=name, shape=index.shape, object_bytes=index.stored_bytes)
-    from astropy.io import fits
-
-    header = fits.Header.fromstring(first_tile.header_text)
-    for n, extent in enumerate(reversed(index.shape), start=1):
-        header[f"NAXIS{n}"] = extent
-    return replace(first_tile, source=name, shape=index.shape, object_bytes=index.stored_bytes,
-                   header_text=header.tostring())
-
-
 def tile_estimate_s(tile: Tile, cost, threads: int, chunk_bytes: int) -> float:
     """The cost model's time to read a tile whole: its header, then its data in chunk_bytes requests."""
     requests = 1 + max(1, math.ceil(tile.size_bytes / chunk_bytes))

@@ -13,11 +13,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ingest.formats.fits import Layout
-from ingest.core.planner import UNLIMITED_GAP, CostModel, Plan
-from ingest.core.plans import plan_selection
-from ingest.io.probe import LATENCY_THREADS, ROUNDS, SCALING_FRACTION, LinkProbe
-from ingest.core.region import Selection
+from ingest.core.layout import Layout
+from ingest.core.lattice import UNLIMITED_GAP, Plan
+from ingest.core.cost import CostModel
+from ingest.core.plan import plan_selection
+from ingest.core.linkprobe import LATENCY_THREADS, ROUNDS, SCALING_FRACTION, LinkProbe
+from ingest.core.selection import Selection
 
 MiB = 1 << 20
 CHUNK_CANDIDATES = tuple(MiB << k for k in range(7))  # 1 MiB .. 64 MiB

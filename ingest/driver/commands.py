@@ -10,14 +10,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ingest.api import apply_scaling, to_native
+from ingest.api.read import apply_scaling, to_native
 from ingest.config import RunConfig, add_run_arguments, config_from_args, load_config
 from ingest.driver.job import Job, prepare_job
 from ingest.driver.read import read_rank_regions
 from ingest.driver.mpi import all_agree_or_raise, ranks_per_node, root_step, run_or_abort, world
 from ingest.errors import ConfigError
-from ingest.io.stage_tools import check_stage_with
-from ingest.options import refuse_unknown
+from ingest.staging.tools import check_stage_with
+from ingest.api.options import refuse_unknown
 
 
 @dataclass
@@ -135,7 +135,7 @@ def run(comm, cfg: RunConfig | Mapping | None = None, **options) -> RankResult:
     region_records = comm.gather([r.record for r in regions], root=0)
     baseline = None
     if cfg.compare == "staging":
-        from ingest.driver.staging import measure_staging
+        from ingest.driver.baseline import measure_staging
 
         baseline = measure_staging(comm, cfg, job)["baseline"]
     elif cfg.baseline and rank == 0:
@@ -168,7 +168,7 @@ def stage(comm, cfg: RunConfig | Mapping | None = None, **options) -> dict | Non
     """The staging baseline alone (seed 001 s2-4): copy the object to stage_dir, then every rank
     reads its box from the copy. Returns the report on rank 0. cfg and options as for `run`."""
     cfg = config_for(cfg, options, "ingest.driver.stage")
-    from ingest.driver.staging import measure_staging
+    from ingest.driver.baseline import measure_staging
 
     if not cfg.stage_dir:
         raise ConfigError("stage_dir: required for `stage` (a directory on the shared filesystem)")

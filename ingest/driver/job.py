@@ -9,20 +9,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ingest.api import plan_read
+from ingest.api.read import plan_read
 from ingest.config import RunConfig
 from ingest.core.decompose import format_grid, grid_boxes, resolve_grid
 from ingest.core.regions import assign_regions, take_first, parse_min_overlap, parse_region_shape, s2p_regions
 from ingest.driver.source import ensure_lifetime, resolve_source
 from ingest.errors import ConfigError
-from ingest.formats.fits import Layout
+from ingest.core.layout import Layout
 from ingest.formats.reader import HeaderTiming, read_any_layout_timed
-from ingest.core.planner import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, CostModel
-from ingest.io.autotune import worth_probing
-from ingest.io.probe import LATENCY_THREADS
-from ingest.core.region import box_to_region, normalize, parse_region
-from ingest.io.retry import RetryPolicy
-from ingest.io.transports import ObjectInfo, Transport, open_transport
+from ingest.core.lattice import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS
+from ingest.core.cost import CostModel
+from ingest.engine.autotune import worth_probing
+from ingest.core.linkprobe import LATENCY_THREADS
+from ingest.core.selection import box_to_region, normalize, parse_region
+from ingest.transports.retry import RetryPolicy
+from ingest.transports import ObjectInfo, Transport, open_transport
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ def _configured(cfg: RunConfig) -> Settings:
 def _tuned(cfg: RunConfig, configured: Settings, transport: Transport, layout: Layout, box,
            ranks_per_node: int, header: HeaderTiming) -> Settings:
     """strategy auto: probe (the rounds that repay themselves) and pick the plan predicted fastest."""
-    from ingest.io.autotune import tune_read
+    from ingest.engine.autotune import tune_read
 
     sel = normalize(box_to_region(box), layout.shape)
     tuning, link = tune_read(transport, layout, sel, configured.cost, probe=cfg.probe, chunk_bytes=cfg.chunk_bytes,
@@ -191,7 +192,7 @@ def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1, staging: 
         info = transport.info
         tiled = layout.kind == "tiles"
         if staging and not tiled:
-            from ingest.io.stage import check_space
+            from ingest.staging.stage import check_space
 
             check_space(cfg.stage_dir, info.object_bytes)
         if not tiled and cfg.strategy == "auto" and worth_probing(layout):
@@ -225,9 +226,9 @@ def _tiled_job(cfg: RunConfig, index, index_name: str, read_source: str, method:
     """Rank 0, for a tile index: the regions ARE the tiles (the first take_regions of them), each
     read whole from its own object. Tile 0's header stands for the cube's (report, scaling,
     cut-outs). No probe: a tile is read whole, so there is no gap or strategy to tune."""
-    from ingest.core.tiles import check_run_config, expected_tile, tile_estimate_s, whole_cube_layout
+    from ingest.core.tiles import check_run_config, expected_tile, tile_estimate_s
     from ingest.driver.source import resolve_tile_sources
-    from ingest.formats.reader import read_any_layout
+    from ingest.formats.reader import read_any_layout, whole_cube_layout
 
     check_run_config(index, index_name, grid=cfg.grid, halo=cfg.halo, region=cfg.region,
                      region_shape=cfg.region_shape, hdu=cfg.hdu, dataset=cfg.dataset)

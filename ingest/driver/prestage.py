@@ -22,12 +22,12 @@ from ingest.driver.read import read_rank_regions
 from ingest.driver.source import ensure_lifetime, resolve_source
 from ingest.errors import ConfigError, IngestError
 from ingest.formats.reader import read_any_layout
-from ingest.io.retry import read_with_retries
-from ingest.io.stage import check_space
-from ingest.core.planner import Plan
-from ingest.core.plans import box_lattice
-from ingest.io.destination import compact_file, crc32_of, mirror_file
-from ingest.io.transports import open_transport
+from ingest.transports.retry import read_with_retries
+from ingest.staging.stage import check_space
+from ingest.core.lattice import Plan
+from ingest.core.plan import box_lattice
+from ingest.engine.destination import compact_file, crc32_of, mirror_file
+from ingest.transports import open_transport
 from ingest.outputs import manifest as manifests
 from ingest.outputs import prestage_files as files
 
@@ -389,7 +389,7 @@ def prestage(comm, cfg: RunConfig) -> dict | None:
     records = comm.gather(_merge_rank(rank_records), root=0)
     baseline = None
     if cfg.compare == "staging":
-        from ingest.driver.staging import measure_staging
+        from ingest.driver.baseline import measure_staging
 
         baseline = measure_staging(comm, cfg, job)["baseline"]
     if rank != 0:

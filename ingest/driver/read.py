@@ -12,14 +12,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ingest.api import execute_plan, plan_read, read_selection
+from ingest.api.read import execute_plan, plan_read, read_selection
 from ingest.config import RunConfig
 from ingest.driver.job import Job, box_bytes, open_tile, plan_box, retry_policy, transport_options
 from ingest.driver.mpi import all_agree_or_raise
 from ingest.errors import ConfigError, ExpiredURLError
 from ingest.formats.fits import BLOCK_BYTES
-from ingest.io.executor import ReadStats
-from ingest.io.transports import open_transport
+from ingest.engine.executor import ReadStats
+from ingest.transports import open_transport
 
 _SUM_KEYS = ("bytes_needed", "bytes_wire", "requests", "retries", "resumed_bytes")
 
@@ -100,7 +100,7 @@ def read_rank_regions(comm, cfg: RunConfig, job: Job, source: str, method: str, 
     plans = []
     try:
         if method == "presigned" and job.signer_args is not None:
-            from ingest.io.presign import url_signer
+            from ingest.transports.presign import url_signer
 
             extra_options["refresh_url"] = url_signer(*job.signer_args)
         transport = open_transport(source, method, threads=job.settings.threads, **transport_options(cfg), **extra_options)
@@ -221,7 +221,7 @@ def _resigner(signer_args: tuple):
     """A tile URL's refresh: the signer is made only if the URL expires (finding credentials
     costs more than a small tile's read, so not once per tile)."""
     def refresh() -> str:
-        from ingest.io.presign import url_signer
+        from ingest.transports.presign import url_signer
 
         signer = url_signer(*signer_args)
         if signer is None:

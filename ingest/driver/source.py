@@ -15,7 +15,7 @@ def resolve_source(cfg: RunConfig) -> tuple[str, str, tuple | None]:
     """(method, source to read, signer args). An s3:// source read as 'presigned' is signed here;
     a user's presigned URL can be re-signed later only if it is path-style S3 and this process
     has credentials."""
-    from ingest.io.presign import parse_s3_uri, url_object, url_signer
+    from ingest.transports.presign import parse_s3_uri, url_object, url_signer
 
     method = cfg.resolved_method
     if method != "presigned":
@@ -23,8 +23,8 @@ def resolve_source(cfg: RunConfig) -> tuple[str, str, tuple | None]:
     if cfg.source.startswith("s3://"):
         bucket, key = parse_s3_uri(cfg.source)
         args = (bucket, key, cfg.presign_expires_s, cfg.endpoint_url)
-        from ingest.io.presign import presign_url
-        from ingest.io.s3client import shared_s3_client
+        from ingest.transports.presign import presign_url
+        from ingest.transports.s3client import shared_s3_client
 
         client = shared_s3_client(**({"endpoint_url": cfg.endpoint_url} if cfg.endpoint_url else {}))
         return method, presign_url(bucket, key, expires_s=cfg.presign_expires_s, client=client), args
@@ -37,7 +37,8 @@ def resolve_source(cfg: RunConfig) -> tuple[str, str, tuple | None]:
 def ensure_lifetime(url: str, signer_args: tuple | None, needed_s: float, cfg: RunConfig) -> str:
     """Rank 0, before any rank reads: a URL that will not outlive the run is re-signed when we
     can, refused when already expired, and warned about otherwise (the estimate may be pessimistic)."""
-    from ingest.io.presign import redact_url, url_expiry, url_signer
+    from ingest.transports.presign import url_expiry, url_signer
+    from ingest.redact import redact_url
 
     expiry = url_expiry(url)
     if expiry is None:
@@ -64,7 +65,8 @@ def resolve_tile_sources(cfg: RunConfig, keys) -> tuple[tuple[str, tuple | None]
     signature per tile, no request); a tile beside a presigned index URL is signed when this
     process has credentials for its path-style S3 URL, else read as the bare URL (a public bucket)."""
     from ingest.core.tiles import tile_location
-    from ingest.io.presign import parse_s3_uri, presign_url, url_object
+    from ingest.transports.s3client import have_credentials
+    from ingest.transports.presign import parse_s3_uri, presign_url, url_object
 
     locations = [tile_location(cfg.source, key) for key in keys]
     if cfg.resolved_method != "presigned":
@@ -72,10 +74,10 @@ def resolve_tile_sources(cfg: RunConfig, keys) -> tuple[tuple[str, tuple | None]
     endpoint = cfg.endpoint_url
     if not cfg.source.startswith("s3://"):
         target = url_object(locations[0])
-        if target is None or not _have_credentials():  # looked up once, not per tile
+        if target is None or not have_credentials():  # looked up once, not per tile
             return tuple((location, None) for location in locations)
         endpoint = target[0]
-    from ingest.io.s3client import shared_s3_client
+    from ingest.transports.s3client import shared_s3_client
 
     client = shared_s3_client(**({"endpoint_url": endpoint} if endpoint else {}))
     signed = []
@@ -87,9 +89,3 @@ def resolve_tile_sources(cfg: RunConfig, keys) -> tuple[tuple[str, tuple | None]
         signed.append((presign_url(bucket, key, expires_s=cfg.presign_expires_s, client=client),
                        (bucket, key, cfg.presign_expires_s, endpoint)))
     return tuple(signed)
-
-
-def _have_credentials() -> bool:
-    import boto3
-
-    return boto3.session.Session().get_credentials() is not None

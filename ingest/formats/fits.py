@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from astropy.io import fits
 
+from ingest.core.layout import ContiguousGeometry
 from ingest.errors import FitsFormatError
 
 BLOCK_BYTES = 2880  # FITS records are 36 cards x 80 characters
@@ -23,7 +24,7 @@ BITPIX_DTYPES = {8: ">u1", 16: ">i2", 32: ">i4", 64: ">i8", -32: ">f4", -64: ">f
 
 
 @dataclass(frozen=True)
-class Layout:
+class FitsLayout(ContiguousGeometry):
     """Where an image HDU's data lies in its object and how astropy would interpret it."""
 
     source: str  # object name for messages (presigned query string already redacted)
@@ -48,20 +49,6 @@ class Layout:
     @property
     def itemsize(self) -> int:
         return abs(self.bitpix) // 8
-
-    @property
-    def data_bytes(self) -> int:
-        """Bytes of data, without the padding to a whole block."""
-        return self.itemsize * math.prod(self.shape)
-
-    @property
-    def strides_bytes(self) -> tuple[int, ...]:
-        """Byte stride of each numpy axis in the object (C order)."""
-        strides, step = [], self.itemsize
-        for n in reversed(self.shape):
-            strides.append(step)
-            step *= n
-        return tuple(reversed(strides))
 
     @property
     def scaled(self) -> bool:
@@ -147,7 +134,7 @@ def image_layout(
     data_offset: int,
     object_bytes: int,
     header_text: str = "",
-) -> Layout:
+) -> FitsLayout:
     """Validate that `header` describes a plain image HDU and build its Layout."""
     where = f"{source} HDU {hdu}"
     if "XTENSION" in header:
@@ -171,7 +158,7 @@ def image_layout(
     if any(n <= 0 for n in fits_dims):
         raise FitsFormatError(f"{where} has an empty axis (NAXISn = {fits_dims})")
     blank = header.get("BLANK") if bitpix > 0 else None
-    layout = Layout(
+    layout = FitsLayout(
         source=source,
         hdu=hdu,
         shape=tuple(reversed(fits_dims)),

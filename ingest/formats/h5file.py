@@ -17,7 +17,7 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 
-from ingest.io.retry import RetryPolicy, read_with_retries
+from ingest.transports.retry import RetryPolicy, read_with_retries
 
 BLOCK_BYTES = 64 << 10  # cache block: 64 KiB
 MAX_BLOCKS = 256  # LRU: 256 blocks = 16 MiB

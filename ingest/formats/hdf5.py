@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ingest.core.chunks import ChunkIndex, Filter
+from ingest.core.layout import ContiguousGeometry
 from ingest.errors import IngestError, TransportError
 from ingest.formats.h5file import TransportFile
-from ingest.io.retry import RetryPolicy, read_with_retries, retry_call
+from ingest.transports.retry import RetryPolicy, read_with_retries, retry_call
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 SIGNATURE_OFFSETS = (0, 512, 1024, 2048)  # where is_hdf5 looks for a superblock
@@ -51,7 +52,7 @@ def looks_like_hdf5(head: bytes) -> bool:
 
 
 @dataclass(frozen=True)
-class H5Layout:
+class H5Layout(ContiguousGeometry):
     """Where one HDF5 dataset's bytes lie in its object and how they are stored."""
 
     source: str  # object name for messages (presigned query string already redacted)
@@ -84,19 +85,6 @@ class H5Layout:
     @property
     def itemsize(self) -> int:
         return self.dtype.itemsize
-
-    @property
-    def data_bytes(self) -> int:
-        return self.itemsize * math.prod(self.shape)
-
-    @property
-    def strides_bytes(self) -> tuple[int, ...]:
-        """Byte stride of each numpy axis of the (contiguous) data, C order."""
-        strides, step = [], self.itemsize
-        for n in reversed(self.shape):
-            strides.append(step)
-            step *= n
-        return tuple(reversed(strides))
 
 
 @contextmanager

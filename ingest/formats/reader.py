@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from astropy.io import fits
 
 from ingest.core.tiles import MAX_INDEX_BYTES, SCHEMA, looks_like_json_object, parse_index_bytes
 from ingest.errors import FitsFormatError
-from ingest.formats.fits import BLOCK_BYTES, Layout, check_first_block, hdu_data_span, header_end, image_layout, parse_header
-from ingest.io.retry import RetryPolicy, read_with_retries, retry_call
-from ingest.io.transports.base import Transport
+from ingest.formats.fits import BLOCK_BYTES, FitsLayout, check_first_block, hdu_data_span, header_end, image_layout, parse_header
+from ingest.transports.retry import RetryPolicy, read_with_retries, retry_call
+from ingest.transports.base import Transport
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ def _timed_block(transport: Transport, offset: int, retry: RetryPolicy, timings:
     return bytes(buf)
 
 
-def read_layout(transport: Transport, hdu: int = 0, retry: RetryPolicy = RetryPolicy()) -> Layout:
+def read_layout(transport: Transport, hdu: int = 0, retry: RetryPolicy = RetryPolicy()) -> FitsLayout:
     """Walk the HDUs up to `hdu` by their headers alone and describe its data (header reads are
     retried like data reads: the first request of a job meets the same network)."""
     return read_layout_timed(transport, hdu, retry)[0]
@@ -65,7 +67,7 @@ def read_layout(transport: Transport, hdu: int = 0, retry: RetryPolicy = RetryPo
 
 def read_layout_timed(transport: Transport, hdu: int = 0, retry: RetryPolicy = RetryPolicy(),
                       first_block: bytes | None = None,
-                      timings: list[HeaderTiming] | None = None) -> tuple[Layout, HeaderTiming]:
+                      timings: list[HeaderTiming] | None = None) -> tuple[FitsLayout, HeaderTiming]:
     """read_layout, and the timing of its fastest header request (`first_block`: the object's
     first 2880 bytes, already read with the timing in `timings`)."""
     timings = [] if timings is None else timings
@@ -152,3 +154,16 @@ def _head(transport: Transport, retry: RetryPolicy) -> bytes:
     buf = bytearray(transport.object_bytes)
     read_with_retries(transport, memoryview(buf), 0, retry, lambda *fault: None)
     return bytes(buf)
+
+
+def whole_cube_layout(first_tile, index, name: str):
+    """The cube's layout as its tiles describe it, for the report, scaling and cut-outs: tile 0's
+    (its box starts at the origin, so its WCS is the source's) with the whole cube's shape.
+    Offsets stay tile 0's; object_bytes is every tile's."""
+    if first_tile.kind != "fits":
+        return replace(first_tile, source=name, shape=index.shape, object_bytes=index.stored_bytes)
+    header = fits.Header.fromstring(first_tile.header_text)
+    for n, extent in enumerate(reversed(index.shape), start=1):
+        header[f"NAXIS{n}"] = extent
+    return replace(first_tile, source=name, shape=index.shape, object_bytes=index.stored_bytes,
+                   header_text=header.tostring())

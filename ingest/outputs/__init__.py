@@ -1,2 +1,2 @@
 """Outputs: what a run leaves behind. JSON reports (data first, tables drawn from them), per-rank
-FITS subcubes, and the atomic-write helpers every output uses (complete or absent)."""
+FITS and HDF5 subcubes, prestage directories, SoFiA-2 parameter files and tiled objects."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ingest.errors import ConfigError, IngestError
-from ingest.outputs.atomic import publish, remove_quietly
+from ingest.atomic import publish, remove_quietly
 
 FRAME_METADATA_LIMIT_BYTES = 64 << 20  # beyond this, copying the rest of the file is a staging step of its own
 _WRITE_BYTES = 64 << 20

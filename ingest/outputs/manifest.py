@@ -12,7 +12,7 @@ import json
 import os
 
 from ingest.errors import ConfigError
-from ingest.outputs.atomic import atomic_write
+from ingest.atomic import atomic_write
 
 SCHEMA = "ingest.prestage/1"
 NAME = "manifest.json"

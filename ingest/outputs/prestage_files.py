@@ -22,9 +22,9 @@ import os
 from dataclasses import dataclass
 
 from ingest.errors import ConfigError
-from ingest.formats.fits import BLOCK_BYTES, Layout
-from ingest.io.stage import staged_path
-from ingest.outputs.atomic import publish
+from ingest.formats.fits import BLOCK_BYTES, FitsLayout
+from ingest.staging.stage import staged_path
+from ingest.atomic import publish
 from ingest.outputs.subcubes import subcube_header
 
 PAGE_BYTES = 4096  # a partly written page of a sparse file still allocates the whole page
@@ -57,7 +57,7 @@ class OutFile:
         return None
 
 
-def frame_header(layout: Layout) -> bytes:
+def frame_header(layout: FitsLayout) -> bytes:
     """The header bytes a FITS frame file starts with: exactly the source's, or a clear refusal."""
     if layout.hdu != 0:
         raise ConfigError(f"layout: frame copies the source's header verbatim, but the cube is HDU {layout.hdu} "
@@ -104,7 +104,7 @@ def _padded(nbytes: int) -> int:
     return nbytes + (-nbytes % BLOCK_BYTES)
 
 
-def plan_files(kind: str, out_dir: str, name: str, layout: Layout, regions, assignment, frame=None) -> list[dict]:
+def plan_files(kind: str, out_dir: str, name: str, layout: FitsLayout, regions, assignment, frame=None) -> list[dict]:
     """For one cube (`name`: "data" or a companion's): per region, the OutFile it writes into.
     `frame`: the frame layouts' metadata pieces (frame_pieces), fetched once by the caller."""
     base_name = os.path.basename(staged_path(out_dir, layout.source))

@@ -17,13 +17,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from datetime import datetime, timezone
-from urllib.parse import urlsplit
 
-from ingest.outputs.atomic import atomic_write
+from ingest.atomic import atomic_write
 from ingest.errors import IngestError
-from ingest.io.presign import redact_url
+from ingest.version import __version__
+from ingest.redact import redact_urls
 from ingest.units import MiB, format_bytes
 
 SCHEMA = "ingest.report/1"
@@ -37,8 +36,6 @@ OPTIONAL_BASELINE_KEYS = ("stage_tool",)
 _SUM_KEYS = ("bytes_needed", "bytes_wire", "requests", "retries")
 FULL_TABLE_MAX_RANKS = 64  # beyond this the table shows the first/last EDGE_ROWS and extremes
 EDGE_ROWS = 10
-# URLs anywhere in a string (a message may quote one); whitespace and quotes end them.
-_URL = re.compile(r"""https?://[^\s'"<>]+""", re.IGNORECASE)
 
 
 # ------------------------------------------------------------------ building
@@ -55,17 +52,10 @@ def _clean(value):
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, str):
-        return _URL.sub(_redact_match, value)
+        return redact_urls(value)
     if isinstance(value, os.PathLike):
         return os.fspath(value)
     return value
-
-
-def _redact_match(match: re.Match) -> str:
-    url = match.group(0)
-    parts = urlsplit(url)
-    # Only URLs carrying a query or user info change, so cleaning twice is harmless.
-    return redact_url(url) if parts.query or "@" in parts.netloc else url
 
 
 def _stats(values: list[float]) -> dict:
@@ -156,8 +146,6 @@ def build_report(*, config, cube: dict, grid: dict, ranks: list, mode: str = "di
     max_gap_bytes, the probe and the tuner's reasons, predicted_makespan_s), to which the
     measured makespan is added; `speedup` = baseline total_s / this run's makespan_s. `regions`:
     one record per region (index, rank, box, bytes, time, status), beside the per-rank ones."""
-    import ingest  # late: ingest/__init__ imports the engine, which must not need the report
-
     if mode not in MODES:
         raise IngestError(f"report: mode {mode!r} is not one of {', '.join(MODES)}")
     if hasattr(config, "to_report_dict"):
@@ -170,7 +158,7 @@ def build_report(*, config, cube: dict, grid: dict, ranks: list, mode: str = "di
     report = {
         "schema": SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "tool": {"name": "ingest", "version": ingest.__version__},
+        "tool": {"name": "ingest", "version": __version__},
         "mode": mode,
         "config": dict(config),
         # Named keys first (None when the caller lacks one), then anything extra it gave.

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from ingest.errors import ConfigError
-from ingest.outputs.atomic import atomic_write
+from ingest.atomic import atomic_write
 
 MAX_REGIONS = 999  # s2p_setup refuses more: its file names carry a 3-digit index
 COMPANION_KEYS = {"weights": "input.weights", "noise": "input.noise", "mask": "input.mask", "gain": "input.gain"}

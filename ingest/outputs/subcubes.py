@@ -24,10 +24,10 @@ import sys
 import numpy as np
 from astropy.io import fits
 
-from ingest.outputs.atomic import atomic_write
+from ingest.atomic import atomic_write
 from ingest.errors import FitsFormatError, IngestError, RegionError
-from ingest.formats.fits import BLOCK_BYTES, Layout
-from ingest.io.presign import redact_url
+from ingest.formats.fits import BLOCK_BYTES, FitsLayout
+from ingest.redact import redact_url
 
 _AXIS_LETTERS = ("x", "y", "z", "s")  # FITS axes 1..4
 _TMP_MARK = ".tmp-"
@@ -74,13 +74,13 @@ def output_ext(layout) -> str:
     return ".h5" if layout.kind == "hdf5" else ".fits"
 
 
-def _source_label(layout: Layout) -> str:
+def _source_label(layout: FitsLayout) -> str:
     # Layout.source is redacted already; redact again so no code path can leak a signature.
     source = layout.source
     return redact_url(source) if source.lower().startswith(("http://", "https://")) else source
 
 
-def subcube_header(layout: Layout, box) -> fits.Header:
+def subcube_header(layout: FitsLayout, box) -> fits.Header:
     """Primary header for `box` (numpy-order pairs) of the HDU `layout` describes.
 
     NAXISn become the box's extents and every CRPIXn (alternate WCS CRPIXna and IRAF LTVn
@@ -135,7 +135,7 @@ def _tmp_path(final_path: str) -> str:
     return os.path.join(directory, f".{name}{_TMP_MARK}{os.getpid()}")
 
 
-def write_subcube(out_dir, rank: int, box, raw: np.ndarray, layout: Layout) -> str:
+def write_subcube(out_dir, rank: int, box, raw: np.ndarray, layout: FitsLayout) -> str:
     """Write `raw` (RAW stored values, layout.raw_dtype, shape = box extents) as a FITS file named
     by `output_name` in `out_dir`, atomically (temp name, fsync, rename); returns the final path.
     An HDF5 source's region is written as HDF5 (ingest.outputs.h5files)."""

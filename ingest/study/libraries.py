@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from ingest.errors import ConfigError, IngestError, TransportError
-from ingest.io.presign import redact_url, scrub
-from ingest.io.transports.httpbody import check_content_range, range_header
+from ingest.redact import redact_url, scrub
+from ingest.transports.httpbody import check_content_range, range_header
 from ingest.study.config import LIBRARIES  # urllib, requests, urllib3, ingest: one list for study and tool
 from ingest.units import format_bytes, parse_bytes
 
@@ -269,8 +269,8 @@ def download_ingest(url: str, ranges: list[tuple[int, int]], threads: int, buffe
     chunk: each thread reuses its own chunk buffer, so the CRC must run on the worker after its
     read, inside the wall clock (with several threads it cannot be taken out exactly; the bias
     is against ingest, and crc_in_elapsed says so)."""
-    from ingest.io.executor import run_requests
-    from ingest.io.transports import open_transport
+    from ingest.engine.executor import run_requests
+    from ingest.transports import open_transport
 
     base, nbytes, chunk_max = _span(ranges)
     n_threads = max(1, min(threads, len(ranges)))
@@ -363,7 +363,7 @@ def resolve_source(source: str) -> str:
     if source.startswith(("http://", "https://")):
         return source
     if source.startswith("s3://"):
-        from ingest.io.presign import parse_s3_uri, presign_url
+        from ingest.transports.presign import parse_s3_uri, presign_url
 
         return presign_url(*parse_s3_uri(source))
     raise ConfigError(f"--source: {source!r} is neither an http(s) presigned URL nor s3://bucket/key")

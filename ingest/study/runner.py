@@ -23,7 +23,8 @@ from ingest.study import db
 from ingest.study.config import StudyConfig, load_config
 from ingest.study.matrix import Cell, build_cells, default_boxes, schedule
 from ingest.study.setting import Setting, launcher_argv, launcher_template, open_setting, staging_tools
-from ingest.tools.children import StopFlag, redact_text, refuse_if_launched, report_facts, run_child, stderr_excerpt
+from ingest.study.children import StopFlag, refuse_if_launched, report_facts, run_child, stderr_excerpt
+from ingest.redact import redact_text
 from ingest.units import format_bytes, parse_bytes
 
 
@@ -34,7 +35,7 @@ def _utc_now() -> str:
 def cube_facts(setting: Setting) -> dict:
     """Shape, item size, data offset and size of the study's cube, read once from its header."""
     from ingest.formats.reader import read_any_layout
-    from ingest.io.transports import open_transport
+    from ingest.transports import open_transport
 
     endpoint = setting.env.get("AWS_ENDPOINT_URL_S3") or setting.env.get("AWS_ENDPOINT_URL")
     saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
@@ -95,8 +96,8 @@ class Study:
                               "use another --out, or --fresh to start it again")
 
     def write_meta(self) -> None:
-        from ingest.io.stage_tools import tool_version
-        from ingest.io.transports import resolved_engine
+        from ingest.staging.tools import tool_version
+        from ingest.transports import resolved_engine
 
         for key, value in (("config", self.cfg.raw), ("cube", self.cube), ("launcher", self.launcher),
                            ("boxes", {"count": self.boxes, "grid": self.grid}), ("host", socket.gethostname()),

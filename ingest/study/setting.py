@@ -82,9 +82,9 @@ def _child_env(extra: dict) -> dict:
 def _embedded(cfg: StudyConfig, out_dir: str, stack: ExitStack) -> tuple[str, dict]:
     """A local versitygw whose data lives in DIR/embedded (so a resumed study finds its cube)
     and a synthetic cube on it; the children get its endpoint and keys."""
-    from ingest.tools.localserver import LocalS3Server
-    from ingest.tools.synth import parse_fits_shape, write_cube
-    from ingest.tools.upload import upload_file
+    from ingest.testbed.localserver import LocalS3Server
+    from ingest.testbed.synth import parse_fits_shape, write_cube
+    from ingest.staging.upload import upload_file
 
     emb = cfg.embedded
     base = os.path.join(out_dir, "embedded")
@@ -102,7 +102,7 @@ def _embedded(cfg: StudyConfig, out_dir: str, stack: ExitStack) -> tuple[str, di
 
 def _proxies(cfg: StudyConfig, endpoint: str, stack: ExitStack) -> dict:
     """One Toxiproxy proxy per shaped profile in front of the store (kernel netem is absent here)."""
-    from ingest.tools.toxiproxy import ToxiproxyServer
+    from ingest.testbed.toxiproxy import ToxiproxyServer
 
     profiles = [p for p in (cfg.links or {}).get("profiles", []) if p != "loopback"]
     if not profiles:

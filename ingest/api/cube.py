@@ -1,0 +1,461 @@
+"""`ingest.open(source)`: a remote cube opened once and read many times, like a numpy array.
+
+`read_subcube` opens the object, reads its header and plans from scratch on every call. A
+`RemoteCube` keeps what every read of one cube shares: the transport (its connection pool), the
+layout (FITS header or HDF5 metadata, read once at open) and the link's cost model (tuned once,
+on the first read big enough to repay a probe, then handed to the tuner for every later box).
+Reads from many threads at once share all three; only opening and the probe take a lock.
+
+A cube pickles as its source, settings and what was learned (layout, object identity, cost
+model), never a connection or a key, so dask can ship it to workers: an unpickled cube opens its
+own transport on its first read (keys for s3:// from boto3's standard chain where it runs) and
+reads the version the original pinned (ETag, or a file's size and mtime).
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ingest.api.read import plan_read, read_selection
+from ingest.config import check_field, shown_source
+from ingest.core.lattice import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, Plan
+from ingest.core.cost import CostModel
+from ingest.core.plan import storage_of
+from ingest.core.selection import normalize
+from ingest.core.tuning import THREADS_MAX, Tuning, choose
+from ingest.formats.reader import read_any_layout_timed
+from ingest.api.indexing import basic_index
+from ingest.engine.autotune import tune_read, worth_probing
+from ingest.engine.executor import execute
+from ingest.core.linkprobe import LATENCY_THREADS
+from ingest.transports.retry import RetryPolicy
+from ingest.transports import open_transport
+from ingest.api.options import TRANSPORT_OPTIONS, keyword_names, refuse_unknown
+
+# Transport options that are live objects, never pickled: a boto3 client holds credentials and a
+# connection pool, a re-signing callable may close over keys. An unpickled cube goes without them.
+_LIVE_OPTIONS = ("client", "refresh_url")
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """What opening needs, picklable and free of secrets (a presigned URL is its own bearer)."""
+
+    source: str
+    method: str
+    hdu: int
+    dataset: str | None
+    threads: int | None  # None: tuned
+    chunk_bytes: int | None  # None: tuned
+    strategy: str
+    max_gap_bytes: int | None
+    probe: bool
+    cost: CostModel | None
+    retry: RetryPolicy
+    native_byteorder: bool
+    transport_options: tuple  # (name, value) pairs, _LIVE_OPTIONS left out
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """The settings one read uses, and the tuner's account of them (None: configured, not tuned)."""
+
+    strategy: str
+    chunk_bytes: int
+    threads: int
+    max_gap_bytes: int | None
+    cost: CostModel
+    tuning: Tuning | None = None
+
+
+@dataclass
+class CubeStats:
+    """What this cube's reads have cost so far, over all threads (this process's copy only)."""
+
+    reads: int = 0  # plans executed: one per read(), cube[...] or dask task
+    requests: int = 0
+    bytes_needed: int = 0
+    bytes_wire: int = 0
+    retries: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, stats) -> None:
+        with self._lock:
+            self.reads += 1
+            self.requests += stats.requests
+            self.bytes_needed += stats.bytes_needed
+            self.bytes_wire += stats.bytes_wire
+            self.retries += stats.retries
+
+
+class RemoteCube:
+    """One FITS HDU or HDF5 dataset in an object store, sliced like a numpy array.
+
+    Made by `ingest.open(source, ...)`; see its help for the options. `cube[key]` takes numpy
+    basic indexing (integers, slices with steps, `...`, None) with numpy's meaning; `read(region,
+    out=)` and `plan(region)` take read_subcube's stricter regions. Thread-safe; picklable (dask).
+    `stats` counts this process's reads, requests and bytes.
+    """
+
+    def __init__(self, spec: _Spec, *, live: dict | None = None, layout=None, info=None, header=None,
+                 tuned_cost: CostModel | None = None, closed: bool = False):
+        """Internal: use ingest.open(source, ...)."""
+        self._spec = spec
+        self._live = live or {}
+        self._layout = layout
+        self._info = info  # the object's size and identity, pinned for every read
+        self._header = header  # the header request's timing: the tuner's free first look at the link
+        self._tuned_cost = tuned_cost  # the cost model once a probe measured the link (or probe=False)
+        self._memo: dict = {}  # (counts, steps) -> _Choice, for contiguous layouts
+        self._closed = closed
+        self._transport = None
+        self._open_lock = threading.Lock()
+        self._tune_lock = threading.Lock()
+        self.stats = CubeStats()
+
+    # -- opening and closing -------------------------------------------------------------------
+    def _connect(self):
+        """(transport, layout), opening the transport on first use (an unpickled cube's first read)."""
+        transport = self._transport
+        if transport is not None and not self._closed:
+            return transport, self._layout
+        with self._open_lock:
+            if self._closed:
+                raise ValueError(f"ingest.RemoteCube {self.source}: the cube is closed; open it again with "
+                                 f"ingest.open(...) to read")
+            if self._transport is None:
+                self._transport = self._open_transport()
+            return self._transport, self._layout
+
+    def _open_transport(self):
+        spec = self._spec
+        # Pool for the most threads the tuner may pick, and at least the probe's latency round.
+        pool = max(spec.threads or THREADS_MAX, LATENCY_THREADS)
+        transport = open_transport(spec.source, spec.method, threads=pool, **dict(spec.transport_options),
+                                   **self._live)
+        try:
+            if self._layout is None:
+                self._layout, self._header = read_any_layout_timed(transport, hdu=spec.hdu, dataset=spec.dataset,
+                                                                   retry=spec.retry)
+                self._info = transport.info
+            else:
+                transport.adopt(self._info)  # no second HEAD; and the same version as the original
+        except BaseException:
+            transport.close()
+            raise
+        return transport
+
+    def close(self) -> None:
+        """Release the transport (connections, file). Later reads raise ValueError."""
+        with self._open_lock:
+            self._closed = True
+            transport, self._transport = self._transport, None
+        if transport is not None:
+            transport.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once close() (or the end of `with`) released the transport."""
+        return self._closed
+
+    def __enter__(self) -> "RemoteCube":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __reduce__(self):
+        return (_restore, (self._spec, self._layout, self._info, self._header, self._tuned_cost, self._closed))
+
+    def __dask_tokenize__(self):
+        """dask's name for the cube: the object's identity and how it is read (no pickling)."""
+        s, info = self._spec, self._info
+        return ("ingest.RemoteCube", s.source, s.method, s.hdu, s.dataset, s.native_byteorder, self.shape,
+                self.dtype.str, info.object_bytes, info.etag, info.last_modified)
+
+    # -- what it is ----------------------------------------------------------------------------
+    @property
+    def source(self) -> str:
+        """The source as it may be shown (a presigned URL's query removed)."""
+        return shown_source(self._spec.source)
+
+    @property
+    def layout(self):
+        """Where the data lies in the object (ingest.formats: FITS Layout or H5Layout)."""
+        return self._layout
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Numpy axis order (FITS: NAXISn reversed; HDF5: the dataset's)."""
+        return self._layout.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """What reads return: astropy's (scaled) dtype for FITS, the stored one for HDF5; big-endian
+        as stored unless the cube was opened with native_byteorder=True."""
+        dtype = self._layout.out_dtype
+        return dtype.newbyteorder("=") if self._spec.native_byteorder else dtype
+
+    @property
+    def ndim(self) -> int:
+        """Number of axes."""
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        """Number of voxels."""
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole cube as read (dtype.itemsize x size)."""
+        return self.size * self.dtype.itemsize
+
+    @property
+    def chunks(self) -> tuple[int, ...] | None:
+        """HDF5 chunked: the storage chunk shape (as h5py's Dataset.chunks; dask's auto chunks
+        follow it); None for FITS and contiguous data."""
+        index = getattr(self._layout, "chunks", None)
+        return tuple(index.chunk_shape) if index is not None else None
+
+    def __len__(self) -> int:
+        """Length of the first (slowest, numpy order) axis."""
+        return self.shape[0]
+
+    @property
+    def header(self):
+        """FITS: the HDU's header (astropy.io.fits.Header). HDF5: None (see attrs)."""
+        if self._layout.kind != "fits":
+            return None
+        from astropy.io import fits
+
+        return fits.Header.fromstring(self._layout.header_text)
+
+    @property
+    def attrs(self) -> dict:
+        """HDF5: the dataset's attributes. FITS: the header's keywords and values (no COMMENT/HISTORY)."""
+        if self._layout.kind != "fits":
+            return dict(self._layout.attrs)
+        return {k: v for k, v in self.header.items() if k not in ("COMMENT", "HISTORY", "")}
+
+    @property
+    def wcs(self):
+        """astropy.wcs.WCS of the cube's celestial and spectral axes (FITS; HDF5 whose attributes
+        carry CTYPEn, as the CARTA/IDIA schema's), else None."""
+        from ingest.api.labels import cube_wcs
+
+        return cube_wcs(self, celestial_spectral=True)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        where = f" hdu {self._spec.hdu}" if self._layout.kind == "fits" else f" {self._layout.dataset}"
+        return f"<ingest.RemoteCube {self.source}{where} shape={self.shape} dtype={self.dtype.str} {state}>"
+
+    # -- reading -------------------------------------------------------------------------------
+    def __getitem__(self, key):
+        """numpy basic indexing, numpy's meaning (clipped slices, negative steps, None); one plan."""
+        index = basic_index(key, self.shape)
+        if index.empty:
+            self._connect()  # a closed cube refuses even an empty read
+            return np.empty(index.out_shape, dtype=self.dtype)
+        return self._read(index.region)[index.post]
+
+    def __array__(self, dtype=None, copy=None):
+        """The whole cube (np.asarray(cube)): mind its nbytes."""
+        return np.asarray(self[...], dtype=dtype)
+
+    def read(self, region=(), out: np.ndarray | None = None) -> np.ndarray:
+        """Read `region` (read_subcube's meaning: slices/ints/..., numpy axis order; a slice past
+        the cube is an error, not clipped). With `out` (e.g. an np.memmap) the values land there:
+        its shape must be the region's and its dtype the cube's (either byte order); returns it.
+        A FITS cube without scaling whose `out` has the stored dtype gets the bytes in place."""
+        if out is not None:
+            self._check_out(out, normalize(region, self.shape).out_shape)
+        return self._read(region, out)
+
+    def plan(self, region=()) -> dict:
+        """What reading `region` would do, as `python -m ingest plan --json` shows it: strategy,
+        requests, bytes needed and on the wire, read amplification, predicted seconds, the box
+        (numpy order, half-open), threads, and the tuner's choice when strategy is auto."""
+        transport, layout = self._connect()
+        choice = self._choose(transport, layout, normalize(region, layout.shape))
+        sel, plan = self._plan(layout, region, choice)
+        summary = plan.describe(choice.cost, choice.threads)
+        summary.update(box=[list(b) for b in sel.box], threads=choice.threads)
+        if choice.tuning is not None:
+            summary["tuning"] = choice.tuning.as_dict()
+        return summary
+
+    def to_xarray(self, chunks="auto", name: str | None = None):
+        """A lazy xarray.DataArray over dask: dims and 1-D coordinates from the WCS (FITS) or
+        dim_0.. (HDF5, unless its attributes name them); `chunks` as dask.array.from_array takes
+        them. Needs the dask extra: pip install ingest[dask]."""
+        from ingest.api.labels import to_xarray
+
+        return to_xarray(self, chunks=chunks, name=name)
+
+    def _check_out(self, out, shape: tuple[int, ...]) -> None:
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"out: expected a numpy array (np.empty, np.memmap...), got {type(out).__name__}")
+        if out.shape != shape:
+            raise ValueError(f"out: has shape {out.shape}, the region reads {shape}")
+        if out.dtype not in (self.dtype, self.dtype.newbyteorder()):
+            raise ValueError(f"out: has dtype {out.dtype.str}, the cube reads {self.dtype.str} "
+                             f"(either byte order is fine: {self.dtype.newbyteorder().str})")
+        if not out.flags.writeable:
+            raise ValueError("out: is read-only")
+
+    def _read(self, region, out: np.ndarray | None = None) -> np.ndarray:
+        """One plan for `region`, executed into `out` or a new array."""
+        transport, layout = self._connect()
+        choice = self._choose(transport, layout, normalize(region, layout.shape))
+        sel, plan = self._plan(layout, region, choice)
+        spec = self._spec
+        if out is not None and self._lands_in_place(plan, out):
+            stats = execute(plan, transport, out.reshape(sel.box_shape), threads=choice.threads, retry=spec.retry)
+            data = out
+        else:
+            data, stats = read_selection(transport, layout, sel, plan, threads=choice.threads,
+                                         native_byteorder=spec.native_byteorder, retry=spec.retry)
+            if out is not None:
+                out[...] = data
+                data = out
+        self.stats.add(stats)
+        return data
+
+    def _lands_in_place(self, plan, out: np.ndarray) -> bool:
+        """Can the plan's bytes go straight into `out`: a lattice plan, stored values, same dtype?"""
+        return (isinstance(plan, Plan) and not self._layout.scaled and out.dtype == self._layout.raw_dtype
+                and out.flags.c_contiguous)
+
+    @staticmethod
+    def _plan(layout, region, choice: _Choice):
+        return plan_read(layout, region, strategy=choice.strategy, chunk_bytes=choice.chunk_bytes,
+                         max_gap_bytes=choice.max_gap_bytes, cost=choice.cost)
+
+    def _choose(self, transport, layout, sel) -> _Choice:
+        """The settings for reading `sel`: the configured ones, or with strategy auto the tuner's.
+        The first read big enough to repay a probe measures the link (under a lock: concurrent
+        probes would measure each other); every later read reuses that cost model."""
+        spec = self._spec
+        fallback = spec.cost or CostModel()
+        if spec.strategy != "auto" or not worth_probing(layout):  # as the driver: nothing to tune
+            return _Choice(spec.strategy, spec.chunk_bytes or DEFAULT_CHUNK_BYTES, spec.threads or DEFAULT_THREADS,
+                           spec.max_gap_bytes, fallback)
+        # In a contiguous layout a box's plan depends on its shape, not its place: dask's chunks and
+        # a user's repeated boxes are tuned once per shape (choose plans ~100 candidates, ~1 ms).
+        memo = self._memo
+        key = (sel.counts, sel.steps) if storage_of(layout) == "contiguous" else None
+        if key in memo:
+            return memo[key]
+        fixed = {"chunk_bytes": spec.chunk_bytes, "threads": spec.threads, "gap_bytes": spec.max_gap_bytes}
+        if self._tuned_cost is not None:
+            choice = _tuned(choose(self._tuned_cost, layout, sel, model=_MEASURED, **fixed))
+        else:
+            with self._tune_lock:
+                if self._tuned_cost is not None:
+                    choice = _tuned(choose(self._tuned_cost, layout, sel, model=_MEASURED, **fixed))
+                else:
+                    tuning, link = tune_read(transport, layout, sel, fallback, probe=spec.probe,
+                                             header=self._header, **fixed)
+                    if link is not None or not spec.probe:
+                        self._tuned_cost = tuning.cost
+                        self._memo = memo = {}  # choices made before the probe are stale
+                    choice = _tuned(tuning)
+        if key is not None:
+            memo[key] = choice
+        return choice
+
+
+_MEASURED = "the link as measured once for this cube"
+
+
+def _tuned(tuning: Tuning) -> _Choice:
+    return _Choice(tuning.strategy, tuning.chunk_bytes, tuning.threads, tuning.max_gap_bytes, tuning.cost, tuning)
+
+
+def _restore(spec, layout, info, header, tuned_cost, closed) -> RemoteCube:
+    """Unpickling: the cube as it was, without a transport until its first read."""
+    return RemoteCube(spec, layout=layout, info=info, header=header, tuned_cost=tuned_cost, closed=closed)
+
+
+def open(
+    source: str | os.PathLike,
+    *,
+    hdu: int = 0,
+    dataset: str | None = None,
+    method: str = "auto",
+    threads: int | None = None,
+    chunk_bytes: int | str | None = None,
+    strategy: str = "auto",
+    max_gap_bytes: int | str | None = None,
+    probe: bool = True,
+    cost: CostModel | None = None,
+    retry: RetryPolicy | None = None,
+    native_byteorder: bool = False,
+    **transport_options,
+) -> RemoteCube:
+    """Open a FITS HDU or HDF5 dataset once and read it many times: a RemoteCube.
+
+        with ingest.open("s3://survey/cube.fits") as cube:
+            print(cube.shape, cube.dtype, cube.wcs)
+            plane = cube[100]                        # numpy basic indexing
+            box = cube.read((slice(0, 100), slice(2000, 2500), slice(2000, 2500)), out=my_memmap)
+            moment0 = dask.array.from_array(cube, chunks=(-1, 512, 512)).sum(axis=0)
+
+    The header (HDF5: the file's metadata) is read here, once, so a wrong source, HDU or
+    dataset fails now. The cube keeps its connections and the tuned link for every read, is
+    safe to read from many threads, pickles without connections or keys (dask workers reopen
+    it), and closes with `with` or close(). FITS or HDF5 is told by the object's first bytes.
+
+    Parameters (all but source are keywords):
+      source            local path (posix), http(s) presigned URL, or s3://bucket/key (endpoint
+                        and keys from boto3's standard chain: AWS_ENDPOINT_URL, AWS_PROFILE, ...)
+      hdu               FITS: image HDU index; default 0 (the primary)
+      dataset           HDF5: dataset path, e.g. "/0/DATA"; default the file's only 3-D or 4-D
+                        numeric dataset
+      method            "auto" (default: s3:// -> s3, http(s):// -> presigned, else posix),
+                        "posix", "presigned" or "s3"
+      threads           concurrent range requests per read (threads); default None: chosen by
+                        the tuner per read (strategy auto), else 4
+      chunk_bytes       largest single request (bytes, or a string like "16MiB"); default None:
+                        chosen by the tuner, else 16 MiB
+      strategy          "auto" (default: the tuner picks per read), "large", "intermediate",
+                        "small" (seed 001 s7.4)
+      max_gap_bytes     merge runs separated by at most this many unneeded bytes (bytes);
+                        default latency x bandwidth of the cost model
+      probe             strategy auto: measure the link (latency, bandwidth) on the first read
+                        big enough to repay it, once per cube; default True
+      cost              the CostModel to start from; default 2 ms per request, 75 MB/s
+      retry             RetryPolicy for transient faults; default 5 retries within 300 s per
+                        request, resuming broken ranges
+      native_byteorder  return the machine's byte order; default False (big-endian as FITS
+                        stores it, like astropy's .data)
+      **transport_options, passed to the transport:
+                        endpoint_url (URL), verify_tls (default True), ca_bundle (PEM path),
+                        connect_timeout_s (s, default 10), read_timeout_s (s, default 60),
+                        client (a boto3 S3 client; not pickled), refresh_url (callable returning
+                        a fresh presigned URL; not pickled), engine (the HTTP engine), direct
+                        (posix O_DIRECT), direct_buffer_bytes
+
+    An unknown option is a TypeError naming the closest valid one; a bad value a ConfigError
+    naming its unit. See RemoteCube for what the cube offers.
+    """
+    refuse_unknown("ingest.open", transport_options, TRANSPORT_OPTIONS + _OPEN_NAMES)
+    checked = {name: check_field(name, value) for name, value in (
+        ("method", method), ("threads", threads), ("chunk_bytes", chunk_bytes), ("strategy", strategy),
+        ("max_gap_bytes", max_gap_bytes), ("probe", probe), ("hdu", hdu), ("dataset", dataset),
+        ("native_byteorder", native_byteorder))}
+    live = {k: v for k, v in transport_options.items() if k in _LIVE_OPTIONS and v is not None}
+    kept = tuple(sorted((k, v) for k, v in transport_options.items() if k not in _LIVE_OPTIONS))
+    spec = _Spec(source=os.fspath(source), cost=cost, retry=retry or RetryPolicy(), transport_options=kept, **checked)
+    cube = RemoteCube(spec, live=live)
+    cube._connect()  # the header now: a wrong source, HDU or dataset fails here, not on the first read
+    return cube
+
+
+_OPEN_NAMES = keyword_names(open)  # for the did-you-mean hint: a misspelt `thread` means `threads`

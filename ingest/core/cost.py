@@ -1,0 +1,72 @@
+"""The cost model (pure): what a plan's requests and bytes cost on a link, in seconds.
+
+A probe (core/linkprobe.py, filled by engine/probe.py) or the configuration sets its numbers;
+the planners use it to choose the gap worth reading through, and the tuner to compare plans.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Per-request latency and bandwidth, used to choose the gap and to predict time.
+
+    bandwidth_bytes_per_s is the link's aggregate; stream_bandwidth_bytes_per_s, when known
+    (from a probe), is what one connection gets, so T threads get min(T x stream, link).
+    """
+
+    latency_s: float = 0.002  # seed 001 measured ~1.95 ms per small request on Acacia
+    bandwidth_bytes_per_s: float = 75e6  # ~600 Mbit/s, the Nimbus <-> Acacia link
+    stream_bandwidth_bytes_per_s: float | None = None  # None: one stream can fill the link
+    latency_concurrency: float | None = None  # how many requests' latencies overlap; None: all threads
+    latency_wave: int | None = None  # how many were in flight when that was measured (None: not measured)
+    # The client's own CPU (from a probe): issuing and parsing a request is serialized (the GIL,
+    # or the engine's one loop) whatever the thread count, and every byte is copied out of a
+    # socket and written to fresh output pages. On a fast link this, not the network, is what a
+    # read waits for. The part of latency_s that is this CPU does not overlap across threads; the
+    # rest does. Copying a byte overlaps with the next bytes' arrival, so bytes go at the slower
+    # of the link and the client's copy, never at the sum: where the copy bounds a stream, the
+    # probe's one-stream bandwidth already includes it.
+    cpu_per_request_s: float = 0.0
+    cpu_per_byte_s: float = 0.0
+
+    @property
+    def stream_bytes_per_s(self) -> float:
+        return self.stream_bandwidth_bytes_per_s or self.bandwidth_bytes_per_s
+
+    def bandwidth(self, threads: int) -> float:
+        """Aggregate bytes/s of `threads` concurrent streams."""
+        return min(max(1, threads) * self.stream_bytes_per_s, self.bandwidth_bytes_per_s)
+
+    def overlap(self, threads: int) -> float:
+        """How many requests' latencies overlap with `threads` in flight.
+
+        Past the depth it was measured at, it stays as measured (nobody saw more). Below it, it
+        follows 1 / overlap = a + b / threads through no overlap at one and the measured overlap
+        at the wave: the curve of requests whose latency overlaps but that queue for a resource
+        with a fixed cost per request (a server sharing two cores with the client). A shallower
+        depth never gets the overlap measured at a deeper one."""
+        t = max(1, threads)
+        if self.latency_concurrency is None:
+            return float(t)
+        measured = max(1.0, self.latency_concurrency)
+        wave = self.latency_wave
+        if wave is None or wave <= 1 or t >= wave or measured >= wave:
+            return min(float(t), measured)
+        b = (1 - 1 / measured) / (1 - 1 / wave)
+        return min(float(t), 1 / ((1 - b) + b / t))
+
+    @property
+    def gap_bytes(self) -> int:
+        """Break-even gap: reading this many unwanted bytes on a stream costs as much as one
+        more request on it."""
+        return int(self.latency_s * self.stream_bytes_per_s)
+
+    def predict_s(self, n_requests: int, wire_bytes: int, threads: int) -> float:
+        """Latencies overlap across threads (as far as the link lets them) and the client's CPU
+        per request adds, whatever the thread count; bytes go at the slower of the bandwidth the
+        threads share and the client's copy (which threads do not speed up)."""
+        waiting_s = max(0.0, self.latency_s - self.cpu_per_request_s)
+        return (n_requests * (waiting_s / self.overlap(threads) + self.cpu_per_request_s)
+                + wire_bytes * max(1 / self.bandwidth(threads), self.cpu_per_byte_s))

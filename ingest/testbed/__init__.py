@@ -1,0 +1,5 @@
+"""Test beds: what a run needs when no real store is at hand.
+
+A local S3 server (versitygw), Toxiproxy link profiles and synthetic FITS and HDF5 cubes: the
+demo, the tests, the study and the benchmarks use them. The read path never imports them.
+"""

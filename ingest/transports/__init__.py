@@ -1,0 +1,79 @@
+"""Transport registry: a method name -> the class that reads with it."""
+from __future__ import annotations
+
+from ingest.errors import ConfigError
+from ingest.transports.base import MemoryTransport, ObjectInfo, Transport
+from ingest.transports.http import HttpTransport
+from ingest.transports.posix import PosixTransport
+from ingest.transports.s3 import S3Transport
+
+TRANSPORTS: dict[str, type[Transport]] = {
+    "posix": PosixTransport,
+    "presigned": HttpTransport,
+    "s3": S3Transport,
+}
+ENGINES = ("auto", "native", "urllib3")  # urllib3: the reference transports (urllib3 and boto3)
+
+
+def native_transport(method: str, engine: str) -> type[Transport] | None:
+    """The native engine's class for `method`, when `engine` asks for it and it can run here.
+
+    auto: native when pycurl is installed and working, else the reference transports. native:
+    the native engine or a ConfigError saying why not. Local files have no engine to choose."""
+    if engine not in ENGINES:
+        raise ConfigError(f"engine: {engine!r} is not one of {', '.join(ENGINES)}")
+    if engine == "urllib3" or method == "posix":
+        return None
+    from ingest.transports.curl import CurlS3Transport, CurlTransport, native_engine_error
+
+    problem = native_engine_error()
+    if problem:
+        if engine == "native":
+            raise ConfigError(f"engine: 'native' cannot run here: {problem}; use engine = 'urllib3'")
+        return None
+    return CurlS3Transport if method == "s3" else CurlTransport
+
+
+def resolved_engine(method: str, engine: str) -> str:
+    """What will carry `method`'s requests on `engine`, for info and reports: native (libcurl),
+    urllib3, boto3 or posix."""
+    if native_transport(method, engine) is not None:
+        return "native"
+    return {"presigned": "urllib3", "s3": "boto3"}.get(method, method)
+
+
+def engine_name(transport: Transport) -> str:
+    """What carries an open transport's requests (as resolved_engine names them)."""
+    if getattr(transport, "engine", None) == "native":
+        return "native"
+    return {"presigned": "urllib3", "s3": "boto3"}.get(transport.name, transport.name)
+
+
+def method_for(source: str) -> str:
+    """The natural method for a source: s3:// -> s3, http(s):// -> presigned, else posix."""
+    if source.startswith("s3://"):
+        return "s3"
+    if source.startswith(("http://", "https://")):
+        return "presigned"
+    return "posix"
+
+
+def open_transport(source: str, method: str = "auto", *, threads: int = 1, engine: str = "auto",
+                   **options) -> Transport:
+    """Open `source` with `method` ("auto" picks from the source's form) on `engine` (ENGINES)."""
+    if method == "auto":
+        method = method_for(source)
+    cls = TRANSPORTS.get(method)
+    if cls is None:
+        raise ConfigError(f"method: {method!r} is not one of auto, {', '.join(TRANSPORTS)}")
+    natural = method_for(source)
+    if natural != method:
+        raise ConfigError(
+            f"method: {method!r} cannot read {source if natural != 'presigned' else 'an http(s) URL'} "
+            f"(that needs {natural!r}; for an s3:// source the driver presigns it for 'presigned')"
+        )
+    return (native_transport(method, engine) or cls)(source, threads=threads, **options)
+
+
+__all__ = ["MemoryTransport", "ObjectInfo", "Transport", "TRANSPORTS", "ENGINES", "open_transport", "method_for",
+           "engine_name", "native_transport", "resolved_engine"]

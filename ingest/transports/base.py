@@ -1,0 +1,108 @@
+"""The one transport interface: an object's size, and `read_into(buffer, offset)`.
+
+Transports do I/O and nothing else: they never plan, retry policy lives in the executor, and
+they fill the caller's buffer in place so a fully-needed request lands in the output array
+with no intermediate copy (the IOR `xfer(buf, length, offset)` shape).
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+from ingest.errors import TransportError
+
+# Reads at least this large are bulk: bound by copying bytes, not by issuing requests. A
+# concurrent transport (the native engine) takes many small reads in flight from one thread and
+# leaves bulk reads to threads that receive straight into their buffers in parallel.
+BULK_READ_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """What a transport learns about its object on open: size and identity (for pinning)."""
+
+    object_bytes: int
+    etag: str | None = None
+    last_modified: str | None = None
+
+
+class Transport(abc.ABC):
+    """Reads byte ranges of one object. Thread-safe: executor threads share one instance."""
+
+    name = "abstract"
+    # True when the transport also offers open_session(depth): many reads in flight from one
+    # thread (ingest.engine.multi); the executor then takes small requests there.
+    concurrent = False
+
+    def __init__(self, source: str, *, threads: int = 1):
+        self.source = source
+        self.threads = threads
+        self._info: ObjectInfo | None = None
+
+    @property
+    def display_name(self) -> str:
+        """The source as it may appear in messages and reports (no secrets)."""
+        return self.source
+
+    @property
+    def info(self) -> ObjectInfo:
+        if self._info is None:
+            self._info = self._stat()
+        return self._info
+
+    def adopt(self, info: ObjectInfo) -> None:
+        """Take size and identity learned elsewhere (rank 0), saving this rank a request."""
+        self._info = info
+
+    @property
+    def object_bytes(self) -> int:
+        return self.info.object_bytes
+
+    @abc.abstractmethod
+    def _stat(self) -> ObjectInfo:
+        """Find the object's size and identity (one request at most)."""
+
+    @abc.abstractmethod
+    def read_into(self, buffer: memoryview, offset: int) -> float:
+        """Fill all of `buffer` with the object's bytes from `offset`; return seconds to first byte.
+
+        Raises TransportError (with the object named) when the bytes cannot all be read.
+        """
+
+    def close(self) -> None:
+        """Release connections and files."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _check_range(self, offset: int, nbytes: int) -> None:
+        end = offset + nbytes
+        if offset < 0 or end > self.object_bytes:
+            raise TransportError(
+                f"{self.display_name}: range [{offset}, {end}) is outside the object ({self.object_bytes} bytes)"
+            )
+
+
+class MemoryTransport(Transport):
+    """An object held in memory: the do-nothing backend that lets the planner and executor be
+    tested exhaustively without a server (IOR's DUMMY)."""
+
+    name = "memory"
+
+    def __init__(self, data, source: str = "memory", *, threads: int = 1):
+        super().__init__(source, threads=threads)
+        self._data = memoryview(data).cast("B")
+        self.requests = 0
+
+    def _stat(self) -> ObjectInfo:
+        return ObjectInfo(len(self._data))
+
+    def read_into(self, buffer: memoryview, offset: int) -> float:
+        n = len(buffer)
+        self._check_range(offset, n)
+        buffer[:] = self._data[offset : offset + n]
+        self.requests += 1
+        return 0.0
