@@ -219,7 +219,7 @@ class RemoteCube:
     def chunks(self) -> tuple[int, ...] | None:
         """HDF5 chunked: the storage chunk shape (as h5py's Dataset.chunks; dask's auto chunks
         follow it); None for FITS and contiguous data."""
-        index = getattr(self._layout, "chunks", None)
+        index = self._layout.chunks
         return tuple(index.chunk_shape) if index is not None else None
 
     def __len__(self) -> int:

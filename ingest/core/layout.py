@@ -22,6 +22,8 @@ class Layout(Protocol):
     storage: str  # "contiguous" | "chunked" | "compact"
     header_text: str  # FITS: the HDU's header cards; HDF5: ""
     scaled: bool  # True when values are converted on the way out (FITS BSCALE/BZERO/BLANK)
+    dataset: str | None  # HDF5: the dataset's path; FITS: None
+    chunks: object | None  # HDF5 chunked: the chunk index (core.chunks.ChunkIndex); else None
 
     @property
     def data_offset(self) -> int | None: ...  # byte offset of the first data byte (None: never written)

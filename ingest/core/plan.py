@@ -41,7 +41,7 @@ class LocalPlan:
 
 def storage_of(layout) -> str:
     """"contiguous" (FITS, contiguous HDF5), "chunked", "compact" or "unwritten"."""
-    storage = getattr(layout, "storage", "contiguous")
+    storage = layout.storage
     if storage == "contiguous" and layout.data_offset is None:
         return "unwritten"
     return storage

@@ -145,7 +145,7 @@ def _split_job(cfg: RunConfig, settings: Settings, layout: Layout, n_ranks: int)
         bandwidth_bytes_per_s=settings.cost.bandwidth_bytes_per_s, chunk_bytes=settings.chunk_bytes,
         threads=settings.threads,
     )
-    index = getattr(layout, "chunks", None)
+    index = layout.chunks
     chunk_shape = index.chunk_shape if index is not None else None  # cut on chunk boundaries
     regions = tuple(
         tuple((a + s, b + s) for (a, b), (s, _) in zip(box, job_box))

@@ -201,7 +201,7 @@ def _read_tile(cfg: RunConfig, job: Job, index: int, progress):
     with open_tile(tile_source.source, job.method, tile_source.size_bytes, tile_source.index_name,
                    threads=s.threads, **options) as transport:
         name = transport.display_name
-        layout = read_any_layout(transport, dataset=getattr(job.layout, "dataset", None), retry=retry_policy(cfg))
+        layout = read_any_layout(transport, dataset=job.layout.dataset, retry=retry_policy(cfg))
         expected_tile(job.regions[index], name, layout.shape, layout.raw_dtype, job.layout.raw_dtype.str)
         sel, plan = plan_read(layout, (), strategy=s.strategy, chunk_bytes=s.chunk_bytes,
                               max_gap_bytes=s.max_gap_bytes, cost=s.cost)

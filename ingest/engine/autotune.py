@@ -50,13 +50,13 @@ def hinted_cost(fallback: CostModel, header: HeaderTiming | None) -> CostModel:
 
 def in_flight_limit(transport: Transport) -> int:
     """The most requests worth keeping in flight: a concurrent engine's are free of threads."""
-    return IN_FLIGHT_MAX if getattr(transport, "concurrent", False) else THREADS_MAX
+    return IN_FLIGHT_MAX if transport.concurrent else THREADS_MAX
 
 
 def data_span(layout) -> tuple[int, int]:
     """(offset, bytes) of the object's range the probe may read: the data of a contiguous layout,
     or from a chunked dataset's first stored chunk to the end of its last."""
-    index = getattr(layout, "chunks", None)
+    index = layout.chunks
     if index is not None and index.n_chunks:
         first = int(index.offsets.min())
         return first, int((index.offsets + index.sizes).max()) - first

@@ -104,11 +104,11 @@ def run_requests(n: int, do_one, transport: Transport, *, needed_bytes: int, buf
     # Many small requests go to a concurrent transport's one-thread loop; bulk ones (large on
     # average) to threads, where the transport's read_into copies them in parallel.
     wire_bytes = needed_bytes if wire_bytes is None else wire_bytes
-    if getattr(transport, "concurrent", False) and n > 0 and wire_bytes < n * BULK_READ_BYTES:
+    if transport.concurrent and n > 0 and wire_bytes < n * BULK_READ_BYTES:
         run_concurrent(sequence, do_one, transport, stats, faults, t0, depth=max(1, threads),
                        buffer_bytes=buffer_bytes, progress=progress, retry=retry)
     else:
-        if getattr(transport, "concurrent", False):
+        if transport.concurrent:
             threads = min(threads, THREADS_MAX)  # its deeper concurrency is for small requests
         _run_threaded(sequence, do_one, transport, stats, faults, t0, threads=threads, buffer_bytes=buffer_bytes,
                       progress=progress, retry=retry)

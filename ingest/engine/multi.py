@@ -7,8 +7,8 @@ retries (the same `Attempts` as the threaded path, but a failed read is re-issue
 backoff instead of sleeping a thread), and the stats. Each request's own code (scatter, decode)
 runs here between its reads, exactly as it would on a worker thread.
 
-A transport is concurrent when it has `open_session(depth)` returning a session with
-`start(key, buffer, offset)`, `wait(timeout_s) -> [(key, ttfb_s, error or None)]` and `close()`.
+A transport is concurrent when it declares `concurrent` and its `open_session(depth)` returns a
+`Session` (ingest.transports.base).
 """
 from __future__ import annotations
 

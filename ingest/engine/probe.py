@@ -98,7 +98,7 @@ class LinkProber:
         self._stream_bw: float | None = None
         self._parallel_bw: float | None = None
         self._concurrency: float | None = None
-        self._on_session = bool(getattr(transport, "concurrent", False))  # waves in the engine's own loop
+        self._on_session = transport.concurrent  # waves in the engine's own loop
         self._wave = LATENCY_WAVE if self._on_session else LATENCY_THREADS
         self.measured: list[str] = []
         self.skipped: list[str] = []  # rounds passed over (not worth their time), later ones may still run

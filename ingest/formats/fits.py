@@ -37,8 +37,10 @@ class FitsLayout(ContiguousGeometry):
     bscale: float = 1.0
     bzero: float = 0.0
     blank: int | None = None  # integer BLANK, only meaningful for BITPIX > 0
-    kind = "fits"  # class attribute, not a field: HDF5's layout says "hdf5"
+    kind = "fits"  # class attributes, not fields: what HDF5's layout says differently
     storage = "contiguous"
+    chunks = None
+    dataset = None
     header_text: str = ""  # the HDU's header cards, for writing WCS-shifted outputs
 
     @property

@@ -101,7 +101,7 @@ def tile_cube(source: str, dest: str, grid: str, *, hdu: int = 0, dataset: str |
     with open_transport(source, "auto", threads=threads * parallel, **options) as transport:
         layout = read_any_layout(transport, hdu=hdu, dataset=dataset, retry=retry)
         grid_fits = parse_grid(grid, len(layout.shape))
-        chunks = getattr(layout, "chunks", None)  # a chunked source is cut on chunk boundaries
+        chunks = layout.chunks  # a chunked source is cut on chunk boundaries
         boxes = grid_boxes(layout.shape, grid_fits, chunk_shape=chunks.chunk_shape if chunks is not None else None,
                            origin=(0,) * len(layout.shape))
         prefix = _Prefix(dest, endpoint_url, parallel)
@@ -125,7 +125,7 @@ def tile_cube(source: str, dest: str, grid: str, *, hdu: int = 0, dataset: str |
             made = make_index(source=redact_url(layout.source), fmt=layout.kind, shape=layout.shape,
                               dtype=layout.raw_dtype, grid_fits=grid_fits, tiles=tiles,
                               source_hdu=layout.hdu if layout.kind == "fits" else None,
-                              dataset=getattr(layout, "dataset", None))
+                              dataset=layout.dataset)
             index_path = os.path.join(prefix.scratch, INDEX_NAME)
             with open(index_path, "w", encoding="utf-8") as fh:
                 fh.write(made.to_json())

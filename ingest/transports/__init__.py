@@ -44,9 +44,7 @@ def resolved_engine(method: str, engine: str) -> str:
 
 def engine_name(transport: Transport) -> str:
     """What carries an open transport's requests (as resolved_engine names them)."""
-    if getattr(transport, "engine", None) == "native":
-        return "native"
-    return {"presigned": "urllib3", "s3": "boto3"}.get(transport.name, transport.name)
+    return transport.engine
 
 
 def method_for(source: str) -> str:

@@ -27,17 +27,33 @@ class ObjectInfo:
 
 
 class Transport(abc.ABC):
-    """Reads byte ranges of one object. Thread-safe: executor threads share one instance."""
+    """Reads byte ranges of one object. Thread-safe: executor threads share one instance.
+
+    Every capability the engine uses is declared here, as IOR's backend table lists every call:
+    a transport that lacks one leaves the default, and callers test the declared attribute,
+    never the object's shape.
+    - `read_into(buffer, offset)`: required; fill a buffer from an offset.
+    - `concurrent` / `open_session(depth)`: many reads in flight from one thread (the native
+      engine); the executor sends small requests there and bulk reads to threads.
+    - `engine`: what carries the requests, for info and reports (native, urllib3, boto3, posix).
+    - `adopt(info)`: take the size and identity rank 0 learned, saving a request per rank.
+    """
 
     name = "abstract"
-    # True when the transport also offers open_session(depth): many reads in flight from one
-    # thread (ingest.engine.multi); the executor then takes small requests there.
+    # True when open_session(depth) works: many reads in flight from one thread
+    # (ingest.engine.multi); the executor then takes small requests there.
     concurrent = False
 
     def __init__(self, source: str, *, threads: int = 1):
         self.source = source
         self.threads = threads
         self._info: ObjectInfo | None = None
+
+    @property
+    def engine(self) -> str:
+        """What issues this transport's requests (info, reports): native, urllib3, boto3, posix;
+        a transport that names no engine of its own is its own engine."""
+        return self.name
 
     @property
     def display_name(self) -> str:
@@ -69,6 +85,11 @@ class Transport(abc.ABC):
         Raises TransportError (with the object named) when the bytes cannot all be read.
         """
 
+    def open_session(self, depth: int) -> "Session":
+        """A session with up to `depth` reads in flight from the calling thread; only where
+        `concurrent` is True."""
+        raise NotImplementedError(f"{self.name} transport ({self.engine}) has no concurrent sessions")
+
     def close(self) -> None:
         """Release connections and files."""
 
@@ -84,6 +105,23 @@ class Transport(abc.ABC):
             raise TransportError(
                 f"{self.display_name}: range [{offset}, {end}) is outside the object ({self.object_bytes} bytes)"
             )
+
+
+class Session(abc.ABC):
+    """Reads in flight from one thread (a concurrent transport's `open_session(depth)`); the
+    loop in ingest.engine.multi drives it."""
+
+    @abc.abstractmethod
+    def start(self, key, buffer: memoryview, offset: int) -> None:
+        """Begin filling `buffer` from `offset`; `key` names the read in `wait`'s answers."""
+
+    @abc.abstractmethod
+    def wait(self, timeout_s: float) -> list:
+        """Reads finished within `timeout_s`: [(key, seconds to first byte, error or None)]."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Abandon reads still in flight and release the session's connections."""
 
 
 class MemoryTransport(Transport):

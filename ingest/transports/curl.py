@@ -23,7 +23,7 @@ import time
 from ingest.errors import RangeNotSupportedError, RetryableError, TransportError
 from ingest.transports.presign import parse_s3_uri, presign_url
 from ingest.redact import scrub
-from ingest.transports.base import BULK_READ_BYTES, ObjectInfo
+from ingest.transports.base import BULK_READ_BYTES, ObjectInfo, Session
 from ingest.transports.http import HttpTransport
 from ingest.transports.httpbody import check_content_range, range_header
 
@@ -278,7 +278,7 @@ class CurlTransport(HttpTransport):
         super().close()
 
 
-class CurlSession:
+class CurlSession(Session):
     """Up to `depth` transfers in flight on one libcurl multi handle (see ingest.engine.multi).
 
     With more than one in flight it is driven by libcurl's socket interface: libcurl says which

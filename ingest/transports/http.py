@@ -28,6 +28,7 @@ class HttpTransport(Transport):
     """
 
     name = "presigned"
+    engine = "urllib3"
 
     def __init__(
         self,

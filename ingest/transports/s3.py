@@ -15,6 +15,7 @@ class S3Transport(Transport):
     """Ranged get_object calls; the client's pool holds at least one connection per thread."""
 
     name = "s3"
+    engine = "boto3"
 
     def __init__(
         self,
