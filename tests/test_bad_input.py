@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from astropy.io import fits
 
-import ingest.config
+import ingest.config.run
 import ingest.staging.stage
 from ingest.cli.main import main
 from ingest.config import read_config_file
@@ -143,7 +143,7 @@ def test_config_file_without_permission(tmp_path, monkeypatch):
     def denied(path, *args, **kwargs):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(ingest.config, "open", denied, raising=False)
+    monkeypatch.setattr(ingest.config.run, "open", denied, raising=False)
     with pytest.raises(ConfigError) as info:
         read_config_file(str(config))
     assert str(config) in str(info.value) and "Permission denied" in str(info.value)
@@ -200,9 +200,9 @@ def test_bad_input_to_single_process_commands(cube, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "region" in err and "outside" in err
     assert main(["plan", cube["path"], "--max-in-flight", "0"]) == 1
-    assert "max_in_flight: expected a whole number >= 1, got 0" in capsys.readouterr().err
+    assert "max_in_flight: expected an integer in 1..1024 (requests), got '0'" in capsys.readouterr().err
     assert main(["plan", cube["path"], "--cpu-per-request-s", "-1"]) == 1
-    assert "cpu_per_request_s: expected seconds >= 0" in capsys.readouterr().err
+    assert "cpu_per_request_s: expected a number >= 0.0 (s), got '-1'" in capsys.readouterr().err
     assert main(["info", cube["path"] + ".missing"]) == 1
     assert cube["path"] + ".missing" in capsys.readouterr().err
     assert main(["info", cube["path"], "--hdu", "5"]) == 1

@@ -11,8 +11,9 @@ import pytest
 
 from ingest.config import RunConfig
 from ingest.errors import IngestError
-from ingest.outputs.report import (SCHEMA, add_parser, aggregate, baseline_from_report, build_report, load_report,
-                           render_summary, staging_baseline, write_report)
+from ingest.cli.report import add_parser
+from ingest.outputs.report import (SCHEMA, aggregate, baseline_from_report, build_report, load_report, render_summary,
+                                   staging_baseline, write_report)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MiB = 1024 * 1024

@@ -1,6 +1,7 @@
 """`python -m ingest soak`: real `ingest run` subprocesses against the local S3 server, rows in a
 real SQLite file, the summary read back from it (seed 000's stability experiment, in small)."""
 import json
+import argparse
 import os
 import signal
 import socket
@@ -12,6 +13,7 @@ from datetime import datetime
 
 import pytest
 
+from ingest.cli import soak as soak_cli
 from ingest.study import children, soak
 from ingest.errors import ConfigError
 from ingest.transports.presign import presign_url
@@ -55,8 +57,8 @@ def stall_url():
 
 def run_soak(argv):
     """Parse like the CLI and run: (exit status, parsed args)."""
-    parser = soak.argparse.ArgumentParser()
-    soak.add_parser(parser.add_subparsers())
+    parser = argparse.ArgumentParser()
+    soak_cli.add_parser(parser.add_subparsers())
     args = parser.parse_args(["soak", *argv])
     return args.func(args)
 

@@ -16,24 +16,24 @@ from __future__ import annotations
 import math
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from ingest.api.indexing import basic_index
 from ingest.api.read import plan_read, read_selection
-from ingest.config import check_field, shown_source
-from ingest.core.lattice import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS, Plan
+from ingest.config import RunConfig, load_config, shown_source
+from ingest.config.settings import Settings, configured_settings, resolve_settings, transport_options, tunable
 from ingest.core.cost import CostModel
+from ingest.core.lattice import Plan
+from ingest.core.linkprobe import LATENCY_THREADS
 from ingest.core.plan import storage_of
 from ingest.core.selection import normalize
-from ingest.core.tuning import THREADS_MAX, Tuning, choose
-from ingest.formats.reader import read_any_layout_timed
-from ingest.api.indexing import basic_index
-from ingest.engine.autotune import tune_read, worth_probing
+from ingest.core.tuning import THREADS_MAX
 from ingest.engine.executor import execute
-from ingest.core.linkprobe import LATENCY_THREADS
-from ingest.transports.retry import RetryPolicy
+from ingest.formats.reader import read_any_layout_timed
 from ingest.transports import open_transport
+from ingest.transports.retry import RetryPolicy
 from ingest.api.options import TRANSPORT_OPTIONS, keyword_names, refuse_unknown
 
 # Transport options that are live objects, never pickled: a boto3 client holds credentials and a
@@ -43,33 +43,13 @@ _LIVE_OPTIONS = ("client", "refresh_url")
 
 @dataclass(frozen=True)
 class _Spec:
-    """What opening needs, picklable and free of secrets (a presigned URL is its own bearer)."""
+    """What opening needs, picklable and free of secrets (a presigned URL is its own bearer): the
+    settings as a RunConfig, plus what only the Python API can hand over."""
 
-    source: str
-    method: str
-    hdu: int
-    dataset: str | None
-    threads: int | None  # None: tuned
-    chunk_bytes: int | None  # None: tuned
-    strategy: str
-    max_gap_bytes: int | None
-    probe: bool
-    cost: CostModel | None
+    cfg: RunConfig
+    cost: CostModel | None  # the model to start from; None: the config's
     retry: RetryPolicy
-    native_byteorder: bool
-    transport_options: tuple  # (name, value) pairs, _LIVE_OPTIONS left out
-
-
-@dataclass(frozen=True)
-class _Choice:
-    """The settings one read uses, and the tuner's account of them (None: configured, not tuned)."""
-
-    strategy: str
-    chunk_bytes: int
-    threads: int
-    max_gap_bytes: int | None
-    cost: CostModel
-    tuning: Tuning | None = None
+    extra_options: tuple  # (name, value) transport options RunConfig has no field for (posix O_DIRECT)
 
 
 @dataclass
@@ -110,7 +90,7 @@ class RemoteCube:
         self._info = info  # the object's size and identity, pinned for every read
         self._header = header  # the header request's timing: the tuner's free first look at the link
         self._tuned_cost = tuned_cost  # the cost model once a probe measured the link (or probe=False)
-        self._memo: dict = {}  # (counts, steps) -> _Choice, for contiguous layouts
+        self._memo: dict = {}  # (counts, steps) -> Settings, for contiguous layouts
         self._closed = closed
         self._transport = None
         self._open_lock = threading.Lock()
@@ -132,14 +112,14 @@ class RemoteCube:
             return self._transport, self._layout
 
     def _open_transport(self):
-        spec = self._spec
+        spec, cfg = self._spec, self._spec.cfg
         # Pool for the most threads the tuner may pick, and at least the probe's latency round.
-        pool = max(spec.threads or THREADS_MAX, LATENCY_THREADS)
-        transport = open_transport(spec.source, spec.method, threads=pool, **dict(spec.transport_options),
-                                   **self._live)
+        pool = max(cfg.threads or THREADS_MAX, LATENCY_THREADS)
+        transport = open_transport(cfg.source, cfg.method, threads=pool, **transport_options(cfg),
+                                   **dict(spec.extra_options), **self._live)
         try:
             if self._layout is None:
-                self._layout, self._header = read_any_layout_timed(transport, hdu=spec.hdu, dataset=spec.dataset,
+                self._layout, self._header = read_any_layout_timed(transport, hdu=cfg.hdu, dataset=cfg.dataset,
                                                                    retry=spec.retry)
                 self._info = transport.info
             else:
@@ -173,7 +153,7 @@ class RemoteCube:
 
     def __dask_tokenize__(self):
         """dask's name for the cube: the object's identity and how it is read (no pickling)."""
-        s, info = self._spec, self._info
+        s, info = self._spec.cfg, self._info
         return ("ingest.RemoteCube", s.source, s.method, s.hdu, s.dataset, s.native_byteorder, self.shape,
                 self.dtype.str, info.object_bytes, info.etag, info.last_modified)
 
@@ -181,7 +161,7 @@ class RemoteCube:
     @property
     def source(self) -> str:
         """The source as it may be shown (a presigned URL's query removed)."""
-        return shown_source(self._spec.source)
+        return shown_source(self._spec.cfg.source)
 
     @property
     def layout(self):
@@ -198,7 +178,7 @@ class RemoteCube:
         """What reads return: astropy's (scaled) dtype for FITS, the stored one for HDF5; big-endian
         as stored unless the cube was opened with native_byteorder=True."""
         dtype = self._layout.out_dtype
-        return dtype.newbyteorder("=") if self._spec.native_byteorder else dtype
+        return dtype.newbyteorder("=") if self._spec.cfg.native_byteorder else dtype
 
     @property
     def ndim(self) -> int:
@@ -252,7 +232,7 @@ class RemoteCube:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        where = f" hdu {self._spec.hdu}" if self._layout.kind == "fits" else f" {self._layout.dataset}"
+        where = f" hdu {self._spec.cfg.hdu}" if self._layout.kind == "fits" else f" {self._layout.dataset}"
         return f"<ingest.RemoteCube {self.source}{where} shape={self.shape} dtype={self.dtype.str} {state}>"
 
     # -- reading -------------------------------------------------------------------------------
@@ -282,12 +262,12 @@ class RemoteCube:
         requests, bytes needed and on the wire, read amplification, predicted seconds, the box
         (numpy order, half-open), threads, and the tuner's choice when strategy is auto."""
         transport, layout = self._connect()
-        choice = self._choose(transport, layout, normalize(region, layout.shape))
-        sel, plan = self._plan(layout, region, choice)
-        summary = plan.describe(choice.cost, choice.threads)
-        summary.update(box=[list(b) for b in sel.box], threads=choice.threads)
-        if choice.tuning is not None:
-            summary["tuning"] = choice.tuning.as_dict()
+        settings = self._settings(transport, layout, normalize(region, layout.shape))
+        sel, plan = self._plan(layout, region, settings)
+        summary = plan.describe(settings.cost, settings.threads)
+        summary.update(box=[list(b) for b in sel.box], threads=settings.threads)
+        if settings.tuning is not None:
+            summary["tuning"] = settings.tuning.as_dict()
         return summary
 
     def to_xarray(self, chunks="auto", name: str | None = None):
@@ -312,15 +292,15 @@ class RemoteCube:
     def _read(self, region, out: np.ndarray | None = None) -> np.ndarray:
         """One plan for `region`, executed into `out` or a new array."""
         transport, layout = self._connect()
-        choice = self._choose(transport, layout, normalize(region, layout.shape))
-        sel, plan = self._plan(layout, region, choice)
+        settings = self._settings(transport, layout, normalize(region, layout.shape))
+        sel, plan = self._plan(layout, region, settings)
         spec = self._spec
         if out is not None and self._lands_in_place(plan, out):
-            stats = execute(plan, transport, out.reshape(sel.box_shape), threads=choice.threads, retry=spec.retry)
+            stats = execute(plan, transport, out.reshape(sel.box_shape), threads=settings.threads, retry=spec.retry)
             data = out
         else:
-            data, stats = read_selection(transport, layout, sel, plan, threads=choice.threads,
-                                         native_byteorder=spec.native_byteorder, retry=spec.retry)
+            data, stats = read_selection(transport, layout, sel, plan, threads=settings.threads,
+                                         native_byteorder=spec.cfg.native_byteorder, retry=spec.retry)
             if out is not None:
                 out[...] = data
                 data = out
@@ -333,49 +313,37 @@ class RemoteCube:
                 and out.flags.c_contiguous)
 
     @staticmethod
-    def _plan(layout, region, choice: _Choice):
-        return plan_read(layout, region, strategy=choice.strategy, chunk_bytes=choice.chunk_bytes,
-                         max_gap_bytes=choice.max_gap_bytes, cost=choice.cost)
+    def _plan(layout, region, settings: Settings):
+        return plan_read(layout, region, strategy=settings.strategy, chunk_bytes=settings.chunk_bytes,
+                         max_gap_bytes=settings.max_gap_bytes, cost=settings.cost)
 
-    def _choose(self, transport, layout, sel) -> _Choice:
+    def _settings(self, transport, layout, sel) -> Settings:
         """The settings for reading `sel`: the configured ones, or with strategy auto the tuner's.
         The first read big enough to repay a probe measures the link (under a lock: concurrent
         probes would measure each other); every later read reuses that cost model."""
-        spec = self._spec
-        fallback = spec.cost or CostModel()
-        if spec.strategy != "auto" or not worth_probing(layout):  # as the driver: nothing to tune
-            return _Choice(spec.strategy, spec.chunk_bytes or DEFAULT_CHUNK_BYTES, spec.threads or DEFAULT_THREADS,
-                           spec.max_gap_bytes, fallback)
+        cfg, cost = self._spec.cfg, self._spec.cost
+        if not tunable(cfg, layout):
+            return configured_settings(cfg, cost)
         # In a contiguous layout a box's plan depends on its shape, not its place: dask's chunks and
-        # a user's repeated boxes are tuned once per shape (choose plans ~100 candidates, ~1 ms).
+        # a user's repeated boxes are tuned once per shape (choosing plans ~100 candidates, ~1 ms).
         memo = self._memo
         key = (sel.counts, sel.steps) if storage_of(layout) == "contiguous" else None
         if key in memo:
             return memo[key]
-        fixed = {"chunk_bytes": spec.chunk_bytes, "threads": spec.threads, "gap_bytes": spec.max_gap_bytes}
         if self._tuned_cost is not None:
-            choice = _tuned(choose(self._tuned_cost, layout, sel, model=_MEASURED, **fixed))
+            settings = resolve_settings(cfg, transport, layout, sel, cost=cost, measured=self._tuned_cost)
         else:
             with self._tune_lock:
                 if self._tuned_cost is not None:
-                    choice = _tuned(choose(self._tuned_cost, layout, sel, model=_MEASURED, **fixed))
+                    settings = resolve_settings(cfg, transport, layout, sel, cost=cost, measured=self._tuned_cost)
                 else:
-                    tuning, link = tune_read(transport, layout, sel, fallback, probe=spec.probe,
-                                             header=self._header, **fixed)
-                    if link is not None or not spec.probe:
-                        self._tuned_cost = tuning.cost
-                        self._memo = memo = {}  # choices made before the probe are stale
-                    choice = _tuned(tuning)
+                    settings = resolve_settings(cfg, transport, layout, sel, cost=cost, header=self._header)
+                    if settings.probe is not None or not cfg.probe:
+                        self._tuned_cost = settings.cost
+                        self._memo = memo = {}  # settings chosen before the probe are stale
         if key is not None:
-            memo[key] = choice
-        return choice
-
-
-_MEASURED = "the link as measured once for this cube"
-
-
-def _tuned(tuning: Tuning) -> _Choice:
-    return _Choice(tuning.strategy, tuning.chunk_bytes, tuning.threads, tuning.max_gap_bytes, tuning.cost, tuning)
+            memo[key] = settings
+        return settings
 
 
 def _restore(spec, layout, info, header, tuned_cost, closed) -> RemoteCube:
@@ -446,16 +414,18 @@ def open(
     naming its unit. See RemoteCube for what the cube offers.
     """
     refuse_unknown("ingest.open", transport_options, TRANSPORT_OPTIONS + _OPEN_NAMES)
-    checked = {name: check_field(name, value) for name, value in (
-        ("method", method), ("threads", threads), ("chunk_bytes", chunk_bytes), ("strategy", strategy),
-        ("max_gap_bytes", max_gap_bytes), ("probe", probe), ("hdu", hdu), ("dataset", dataset),
-        ("native_byteorder", native_byteorder))}
     live = {k: v for k, v in transport_options.items() if k in _LIVE_OPTIONS and v is not None}
-    kept = tuple(sorted((k, v) for k, v in transport_options.items() if k not in _LIVE_OPTIONS))
-    spec = _Spec(source=os.fspath(source), cost=cost, retry=retry or RetryPolicy(), transport_options=kept, **checked)
+    settings = {k: v for k, v in transport_options.items() if k in _CONFIG_FIELDS}
+    extra = tuple(sorted((k, v) for k, v in transport_options.items()
+                         if k not in _LIVE_OPTIONS and k not in _CONFIG_FIELDS))
+    cfg = load_config({"source": os.fspath(source), "method": method, "threads": threads, "chunk_bytes": chunk_bytes,
+                       "strategy": strategy, "max_gap_bytes": max_gap_bytes, "probe": probe, "hdu": hdu,
+                       "dataset": dataset, "native_byteorder": native_byteorder, **settings})
+    spec = _Spec(cfg=cfg, cost=cost, retry=retry or RetryPolicy(), extra_options=extra)
     cube = RemoteCube(spec, live=live)
     cube._connect()  # the header now: a wrong source, HDU or dataset fails here, not on the first read
     return cube
 
 
+_CONFIG_FIELDS = {f.name for f in fields(RunConfig)}
 _OPEN_NAMES = keyword_names(open)  # for the did-you-mean hint: a misspelt `thread` means `threads`

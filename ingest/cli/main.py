@@ -14,19 +14,19 @@ from ingest.errors import IngestError
 
 # command name -> module that implements it (in the order --help lists them)
 COMMANDS = {
-    "run": "ingest.driver",
-    "stage": "ingest.driver",
-    "prestage": "ingest.driver.prestage",
+    "run": "ingest.cli.run",
+    "stage": "ingest.cli.run",
+    "prestage": "ingest.cli.prestage",
     "info": "ingest.cli.inspect",
     "plan": "ingest.cli.inspect",
-    "report": "ingest.outputs.report",
-    "soak": "ingest.study.soak",
-    "study": "ingest.study.runner",
-    "study-report": "ingest.study.report",
+    "report": "ingest.cli.report",
+    "soak": "ingest.cli.soak",
+    "study": "ingest.cli.study",
+    "study-report": "ingest.cli.study",
     "synth": "ingest.cli.synth",
-    "upload": "ingest.staging.upload",
-    "tile": "ingest.outputs.tile",
-    "presign": "ingest.transports.presign",
+    "upload": "ingest.cli.upload",
+    "tile": "ingest.cli.tile",
+    "presign": "ingest.cli.presign",
 }
 
 

@@ -18,7 +18,8 @@ import time
 from ingest.staging import stage as staging
 from ingest.staging import tools as stage_tools
 from ingest.config import RunConfig
-from ingest.driver.job import Job, transport_options
+from ingest.config.settings import transport_options
+from ingest.driver.job import Job
 from ingest.driver.read import read_rank_regions
 from ingest.driver.mpi import all_agree_or_raise, root_step
 from ingest.transports import open_transport

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ingest.api.read import apply_scaling, to_native
-from ingest.config import RunConfig, add_run_arguments, config_from_args, load_config
+from ingest.config import RunConfig, load_config
 from ingest.driver.job import Job, prepare_job
 from ingest.driver.read import read_rank_regions
-from ingest.driver.mpi import all_agree_or_raise, ranks_per_node, root_step, run_or_abort, world
+from ingest.driver.mpi import all_agree_or_raise, ranks_per_node, root_step
 from ingest.errors import ConfigError
 from ingest.staging.tools import check_stage_with
 from ingest.api.options import refuse_unknown
@@ -56,7 +56,7 @@ def _settings_facts(job: Job) -> dict:
         "bandwidth_bytes_per_s": s.cost.bandwidth_bytes_per_s,
         "stream_bandwidth_bytes_per_s": s.cost.stream_bytes_per_s,
         "predicted_makespan_s": job.estimate_s,
-        "tuning": s.tuning,
+        "tuning": s.report_dict(),
     }
 
 
@@ -180,26 +180,3 @@ def stage(comm, cfg: RunConfig | Mapping | None = None, **options) -> dict | Non
     report = ReportFacts(cfg, job).build(result["records"], mode="staging", baseline=result["baseline"])
     publish_report(cfg, report)
     return report
-
-
-def _cli(comm, args, command) -> int:
-    cfg = root_step(comm, config_from_args, args)
-    command(comm, cfg)
-    return 0
-
-
-def _run_cli(args) -> int:
-    return run_or_abort(world(), _cli, args, run)
-
-
-def _stage_cli(args) -> int:
-    return run_or_abort(world(), _cli, args, stage)
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("run", help="every MPI rank reads its own subcube; rank 0 reports (the default)")
-    add_run_arguments(p)
-    p.set_defaults(func=_run_cli)
-    p = sub.add_parser("stage", help="staging baseline: copy the object to --stage-dir, ranks read from the copy")
-    add_run_arguments(p)
-    p.set_defaults(func=_stage_cli)

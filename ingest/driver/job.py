@@ -1,9 +1,8 @@
 """The job every rank shares: what rank 0 decides once and broadcasts.
 
-Rank 0 alone reads the header, signs a URL if needed, probes the link (strategy auto) and
-decomposes the cube (`prepare_job`); the Job is broadcast, so 25 ranks make one header fetch
-and one probe, not 25. `Settings` are the values every read uses: the config's where it fixes
-them, the tuner's where it says auto.
+Rank 0 alone reads the header, signs a URL if needed, resolves the read settings (probing the
+link with strategy auto: ingest.config.settings) and decomposes the cube (`prepare_job`); the Job
+is broadcast, so 25 ranks make one header fetch and one probe, not 25.
 """
 from __future__ import annotations
 
@@ -11,31 +10,17 @@ from dataclasses import dataclass
 
 from ingest.api.read import plan_read
 from ingest.config import RunConfig
+from ingest.config.settings import (Settings, configured_settings, resolve_settings, retry_policy, tunable,
+                                    transport_options)
 from ingest.core.decompose import format_grid, grid_boxes, resolve_grid
-from ingest.core.regions import assign_regions, take_first, parse_min_overlap, parse_region_shape, s2p_regions
+from ingest.core.layout import Layout
+from ingest.core.linkprobe import LATENCY_THREADS
+from ingest.core.regions import assign_regions, parse_min_overlap, parse_region_shape, s2p_regions, take_first
+from ingest.core.selection import box_to_region, normalize, parse_region
 from ingest.driver.source import ensure_lifetime, resolve_source
 from ingest.errors import ConfigError
-from ingest.core.layout import Layout
-from ingest.formats.reader import HeaderTiming, read_any_layout_timed
-from ingest.core.lattice import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS
-from ingest.core.cost import CostModel
-from ingest.engine.autotune import worth_probing
-from ingest.core.linkprobe import LATENCY_THREADS
-from ingest.core.selection import box_to_region, normalize, parse_region
-from ingest.transports.retry import RetryPolicy
+from ingest.formats.reader import read_any_layout_timed
 from ingest.transports import ObjectInfo, Transport, open_transport
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Resolved read settings: from the config, or tuned from a probe of the link."""
-
-    strategy: str  # what "auto" resolved to, or the configured strategy
-    threads: int
-    chunk_bytes: int
-    max_gap_bytes: int | None
-    cost: CostModel
-    tuning: dict | None = None  # probe measurements and the tuner's reasons, for the report
 
 
 @dataclass(frozen=True)
@@ -68,24 +53,6 @@ class Job:
     region_sources: tuple | None = None  # per region its own object (a tiled source), else None: read_source
 
 
-def transport_options(cfg: RunConfig) -> dict:
-    """Transport keyword arguments from the config (timeouts, TLS, endpoint)."""
-    opts = {
-        "connect_timeout_s": cfg.connect_timeout_s,
-        "read_timeout_s": cfg.read_timeout_s,
-        "verify_tls": cfg.verify_tls,
-        "ca_bundle": cfg.ca_bundle,
-        "engine": cfg.engine,
-    }
-    if cfg.endpoint_url:
-        opts["endpoint_url"] = cfg.endpoint_url
-    return opts
-
-
-def retry_policy(cfg: RunConfig) -> RetryPolicy:
-    return RetryPolicy(retries=cfg.retries, total_s=cfg.retry_total_s, backoff_s=cfg.retry_backoff_s)
-
-
 def plan_box(cfg: RunConfig, settings: Settings, layout: Layout, box):
     """(selection, plan) for one rank's box with the configured strategy and resolved settings."""
     return plan_read(layout, box_to_region(box), strategy=settings.strategy, chunk_bytes=settings.chunk_bytes,
@@ -98,25 +65,6 @@ def _job_box(cfg: RunConfig, layout: Layout) -> tuple:
     if any(step != 1 for step in sel.steps):
         raise ConfigError(f"region: {cfg.region!r} has a step; a job region must be a plain box")
     return sel.box
-
-
-def _configured(cfg: RunConfig) -> Settings:
-    cost = CostModel(latency_s=cfg.latency_s, bandwidth_bytes_per_s=cfg.bandwidth_bytes_per_s)
-    return Settings(cfg.strategy, cfg.threads or DEFAULT_THREADS, cfg.chunk_bytes or DEFAULT_CHUNK_BYTES,
-                    cfg.max_gap_bytes, cost)
-
-
-def _tuned(cfg: RunConfig, configured: Settings, transport: Transport, layout: Layout, box,
-           ranks_per_node: int, header: HeaderTiming) -> Settings:
-    """strategy auto: probe (the rounds that repay themselves) and pick the plan predicted fastest."""
-    from ingest.engine.autotune import tune_read
-
-    sel = normalize(box_to_region(box), layout.shape)
-    tuning, link = tune_read(transport, layout, sel, configured.cost, probe=cfg.probe, chunk_bytes=cfg.chunk_bytes,
-                             threads=cfg.threads, gap_bytes=cfg.max_gap_bytes, ranks_sharing=ranks_per_node,
-                             header=header)
-    return Settings(tuning.strategy, tuning.threads, tuning.chunk_bytes, tuning.max_gap_bytes, tuning.cost,
-                    {"probe": link.as_dict() if link else None, **tuning.as_dict()})
 
 
 def decompose_job(cfg: RunConfig, settings: Settings, layout: Layout, n_ranks: int):
@@ -184,7 +132,7 @@ def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1, staging: 
     method, read_source, signer_args = resolve_source(cfg)
     if method == "presigned":
         read_source = ensure_lifetime(read_source, signer_args, 60.0, cfg)  # enough for header and probe
-    settings = _configured(cfg)
+    settings = configured_settings(cfg)
     # Sized for the probe's latency round, which reads on LATENCY_THREADS connections at once.
     with open_transport(read_source, method, threads=LATENCY_THREADS, **transport_options(cfg)) as transport:
         layout, header = read_any_layout_timed(transport, hdu=cfg.hdu, dataset=cfg.dataset, retry=retry_policy(cfg),
@@ -195,11 +143,12 @@ def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1, staging: 
             from ingest.staging.stage import check_space
 
             check_space(cfg.stage_dir, info.object_bytes)
-        if not tiled and cfg.strategy == "auto" and worth_probing(layout):
+        if not tiled and tunable(cfg, layout):
             # The grid depends on the link too, so tune for the largest region a first split gives.
             _, _, regions = decompose_job(cfg, settings, layout, n_ranks)
             largest = max(regions, key=lambda box: box_bytes(box, layout.itemsize))
-            settings = _tuned(cfg, settings, transport, layout, largest, ranks_per_node, header)
+            settings = resolve_settings(cfg, transport, layout, normalize(box_to_region(largest), layout.shape),
+                                        header=header, ranks_sharing=ranks_per_node)
     if tiled:
         if staging or not rank_outputs:
             raise ConfigError(f"source: {transport.display_name} is a tile index ({len(layout.tiles)} objects); "

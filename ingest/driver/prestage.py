@@ -16,7 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from ingest.config import RunConfig
-from ingest.driver.job import Job, assign, plan_box, prepare_job, retry_policy, transport_options
+from ingest.config.settings import retry_policy, transport_options
+from ingest.driver.job import Job, assign, plan_box, prepare_job
 from ingest.driver.mpi import all_agree_or_raise, ranks_per_node, root_step
 from ingest.driver.read import read_rank_regions
 from ingest.driver.source import ensure_lifetime, resolve_source
@@ -409,23 +410,3 @@ def prestage(comm, cfg: RunConfig) -> dict | None:
                                 "sofia_files": written, "virtual_datasets": stitched})
     publish_report(cfg, report)
     return report
-
-
-def _cli(args) -> int:
-    from ingest.config import config_from_args
-    from ingest.driver.mpi import run_or_abort, world
-
-    def command(comm, parsed):
-        prestage(comm, root_step(comm, config_from_args, parsed))
-        return 0
-
-    return run_or_abort(world(), command, args)
-
-
-def add_parser(sub) -> None:
-    from ingest.config import add_run_arguments
-
-    p = sub.add_parser("prestage", help="stage exactly each rank's regions for a pipeline (SoFiA-2/SoFiA-X), "
-                                        "resumable; frame files the pipeline reads unchanged")
-    add_run_arguments(p, "prestage")
-    p.set_defaults(func=_cli)

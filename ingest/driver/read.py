@@ -14,7 +14,8 @@ import numpy as np
 
 from ingest.api.read import execute_plan, plan_read, read_selection
 from ingest.config import RunConfig
-from ingest.driver.job import Job, box_bytes, open_tile, plan_box, retry_policy, transport_options
+from ingest.config.settings import retry_policy, transport_options
+from ingest.driver.job import Job, box_bytes, open_tile, plan_box
 from ingest.driver.mpi import all_agree_or_raise
 from ingest.errors import ConfigError, ExpiredURLError
 from ingest.formats.fits import BLOCK_BYTES

@@ -362,19 +362,3 @@ def _baseline_block(base: dict, agg: dict, mode: str, speedup) -> list[str]:
     lines += ["  " + "  ".join([r[0].ljust(widths[0]), r[1].rjust(widths[1]), r[2].rjust(widths[2])]) for r in rows]
     lines.append(f"speedup {_num(speedup, '.2f')}x (staging total / {mode} makespan)")
     return lines
-
-
-# ------------------------------------------------------------------ command
-
-
-def _run(args) -> int:
-    print(render_summary(load_report(args.path)), end="")
-    return 0
-
-
-def add_parser(subparsers) -> None:
-    """Register `report PATH.json`: print the summary of a saved report."""
-    p = subparsers.add_parser("report", help="print the per-rank table and summary of a saved JSON report",
-                              description="Print the per-rank table and summary of a saved ingest report.")
-    p.add_argument("path", metavar="PATH.json", help="report written by `run --report` or `stage --report`")
-    p.set_defaults(func=_run)

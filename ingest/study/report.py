@@ -410,18 +410,3 @@ def render_study(study_dir: str, draw: bool = True) -> str:
         fh.write(render(rows, meta, figures))
     os.replace(tmp, out)  # a reader never sees half a report
     return out
-
-
-def _run(args) -> int:
-    print(render_study(args.dir, draw=not args.no_figures))
-    return 0
-
-
-def add_parser(subparsers) -> None:
-    """Register `study-report DIR`."""
-    p = subparsers.add_parser("study-report", help="render DIR/STUDY.md and its figures from DIR/study.sqlite",
-                              description="Render DIR/STUDY.md (tables, recommendation) and DIR/figures/*.png "
-                                          "(seed 001 Figs. 1, 2, 3, 6, 7) from DIR/study.sqlite alone.")
-    p.add_argument("dir", metavar="DIR", help="the study directory (`python -m ingest study --out DIR`)")
-    p.add_argument("--no-figures", action="store_true", help="write STUDY.md only (no matplotlib needed)")
-    p.set_defaults(func=_run)

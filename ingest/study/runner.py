@@ -281,18 +281,3 @@ def run_study(config_path: str, out_dir: str, *, fresh: bool = False, report: bo
 
         render_study(out_dir)
     return status
-
-
-def _cli(args) -> int:
-    return run_study(args.config, args.out, fresh=args.fresh, report=not args.no_report)
-
-
-def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("study", help="run the objectstore study (a matrix of real jobs) into DIR",
-                              description=__doc__.splitlines()[0])
-    p.add_argument("--config", required=True, help="study TOML (see configs/study-local.toml)")
-    p.add_argument("--out", required=True, help="study directory: study.sqlite, reports/, STUDY.md, figures/")
-    p.add_argument("--fresh", action="store_true", help="forget the rows already recorded in --out")
-    p.add_argument("--no-report", action="store_true", help="skip STUDY.md at the end (study-report DIR later)")
-    p.set_defaults(func=_cli)
-

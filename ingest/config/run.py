@@ -14,12 +14,9 @@ something that looks like one is refused.
 """
 from __future__ import annotations
 
-import argparse
 import difflib
 import math
-import os
 import re
-import sys
 from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from ingest.core.decompose import parse_grid
@@ -28,10 +25,13 @@ from ingest.redact import looks_secret, redact_url
 from ingest.transports.presign import MAX_EXPIRES_S, parse_s3_uri
 from ingest.core.selection import parse_region
 from ingest.core.regions import parse_min_overlap, parse_region_shape
-from ingest.units import format_bytes, parse_bytes
+from ingest.units import parse_bytes
 
 SECTIONS = ("run",)  # TOML tables ingest reads; add one when another command reads the file
-ALL_COMMANDS = ("run", "stage", "prestage")
+# The commands that offer a field on their command line (a config file may set any field):
+JOBS = ("run", "stage", "prestage")  # MPI jobs: every setting
+PLANNERS = JOBS + ("plan",)  # + how a read is split, planned and tuned
+OPENERS = PLANNERS + ("info",)  # + how the object is opened and read
 LAYOUTS = ("frame", "frame-per-rank", "subcubes")
 # The openssl layer under urllib3 reads at most 2**31 - 1 bytes at once (seed 001 s7.2).
 _MAX_REQUEST_BYTES = 2**31 - 1
@@ -39,11 +39,13 @@ _MAX_REQUEST_BYTES = 2**31 - 1
 
 def _opt(default=MISSING, *, help: str, unit: str = "", kind: str = "str", low=None, high=None,
          low_open: bool = False, choices: tuple[str, ...] = (), shown_default: str | None = None,
-         commands: tuple[str, ...] = ALL_COMMANDS):
+         commands: tuple[str, ...] = JOBS, command_defaults: dict | None = None):
     """A RunConfig field: default plus what the CLI, the TOML reader and the checks need.
-    `commands`: the commands whose command line offers it (a config file may set any field)."""
-    meta = {"help": help, "unit": unit, "kind": kind, "low": low, "high": high,
-            "low_open": low_open, "choices": choices, "shown_default": shown_default, "commands": commands}
+    `commands`: the commands whose command line offers it (a config file may set any field);
+    `command_defaults`: a different default for some of them ({"plan": False})."""
+    meta = {"help": help, "unit": unit, "kind": kind, "low": low, "high": high, "low_open": low_open,
+            "choices": choices, "shown_default": shown_default, "commands": commands,
+            "command_defaults": command_defaults or {}}
     return field(default=default, metadata=meta)
 
 
@@ -51,41 +53,48 @@ def _opt(default=MISSING, *, help: str, unit: str = "", kind: str = "str", low=N
 class RunConfig:
     """Everything one `ingest run` needs; see each field's help. Construct via `load_config`."""
 
-    source: str = _opt(help="FITS or HDF5 object: local path, http(s) presigned URL or s3://bucket/key (required)",
+    source: str = _opt(commands=OPENERS, help="FITS or HDF5 object: local path, http(s) presigned URL or s3://bucket/key (required)",
                        unit="path or URL")
-    method: str = _opt("auto", kind="choice", choices=("auto", "presigned", "s3", "posix"),
+    method: str = _opt("auto", commands=OPENERS, kind="choice", choices=("auto", "presigned", "s3", "posix"),
                        help="how to read the source; auto: s3:// -> s3, http(s):// -> presigned, else posix")
-    engine: str = _opt("auto", kind="choice", choices=("auto", "native", "urllib3"),
+    engine: str = _opt("auto", commands=OPENERS, kind="choice", choices=("auto", "native", "urllib3"),
                        help="what issues the HTTP requests: native (libcurl via pycurl, many in flight from one "
                             "thread), urllib3 (urllib3 and boto3, a thread per request); auto: native when installed")
-    endpoint_url: str | None = _opt(None, unit="URL", kind="path",
+    endpoint_url: str | None = _opt(None, commands=OPENERS, unit="URL", kind="path",
                                     help="S3 endpoint, e.g. https://projects.pawsey.org.au", shown_default="boto3's chain")
-    threads: int | None = _opt(None, unit="threads", kind="int", low=1, high=1024,
+    threads: int | None = _opt(None, commands=PLANNERS, unit="threads", kind="int", low=1, high=1024,
                                help="concurrent range requests per rank",
                                shown_default="auto: tuned by the probe, else 4")
-    chunk_bytes: int | None = _opt(None, unit="bytes", kind="bytes", low=1, high=_MAX_REQUEST_BYTES,
+    chunk_bytes: int | None = _opt(None, commands=PLANNERS, unit="bytes", kind="bytes", low=1, high=_MAX_REQUEST_BYTES,
                                    help="largest single range request; accepts 16MiB, 1GiB, 500kB",
                                    shown_default="auto: tuned by the probe, else 16 MiB")
-    probe: bool = _opt(True, kind="bool",
+    probe: bool = _opt(True, commands=PLANNERS, command_defaults={"plan": False}, kind="bool",
                        help="with strategy auto, measure latency and bandwidth first and tune gap, "
                             "request size and threads (rank 0 probes once and broadcasts)")
-    strategy: str = _opt("auto", kind="choice", choices=("auto", "large", "intermediate", "small"),
+    strategy: str = _opt("auto", commands=PLANNERS, kind="choice", choices=("auto", "large", "intermediate", "small"),
                          help="request strategy (seed 001 s7.4); auto merges gaps up to max_gap_bytes")
-    max_gap_bytes: int | None = _opt(None, unit="bytes", kind="bytes", low=0,
+    max_gap_bytes: int | None = _opt(None, commands=PLANNERS, unit="bytes", kind="bytes", low=0,
                                      help="merge runs separated by at most this many unwanted bytes",
                                      shown_default="latency_s x bandwidth_bytes_per_s")
-    latency_s: float = _opt(0.002, unit="s", kind="float", low=0.0,
+    latency_s: float = _opt(0.002, commands=PLANNERS, unit="s", kind="float", low=0.0,
                             help="cost model: time per request (seed 001: ~2 ms on Acacia)")
-    bandwidth_bytes_per_s: float = _opt(75e6, unit="bytes/s", kind="rate", low=0.0, low_open=True,
+    bandwidth_bytes_per_s: float = _opt(75e6, commands=PLANNERS, unit="bytes/s", kind="rate", low=0.0, low_open=True,
                                         help="cost model: bandwidth per rank (75e6 = 600 Mbit/s); accepts 75MB")
-    grid: str = _opt("auto", unit="parts per axis, FITS order", kind="grid",
+    cpu_per_request_s: float = _opt(0.0, commands=PLANNERS, unit="s", kind="float", low=0.0,
+                                    help="cost model: client CPU per request (BENCHMARKS.md: ~0.0001 native, "
+                                         "~0.0004 urllib3, ~0.001 boto3); a probe or the header request measures it",
+                                    shown_default="0, or what the header request took")
+    max_in_flight: int | None = _opt(None, commands=PLANNERS, unit="requests", kind="int", low=1, high=1024,
+                                     help="most requests the tuner may keep in flight at once",
+                                     shown_default="64 on the native engine, else 16")
+    grid: str = _opt("auto", commands=PLANNERS, unit="parts per axis, FITS order", kind="grid",
                      help="rank grid 'PXxPYxPZ' (x first), or auto: split the slowest axes first")
-    halo: int = _opt(0, unit="pixels", kind="int", low=0,
+    halo: int = _opt(0, commands=PLANNERS, unit="pixels", kind="int", low=0,
                      help="extra pixels each box reads into each neighbouring box")
-    region_shape: str | None = _opt(None, unit="pixels WxHxD, FITS order", kind="region_shape",
+    region_shape: str | None = _opt(None, commands=PLANNERS, unit="pixels WxHxD, FITS order", kind="region_shape",
                                     help="split the job into regions of this shape by WALLABY's s2p_setup rule "
                                          "(e.g. 1500x1500x1400) instead of --grid", shown_default="use grid")
-    min_overlap: str | None = _opt(None, unit="pixels SPATIAL,SPECTRAL", kind="overlap",
+    min_overlap: str | None = _opt(None, commands=PLANNERS, unit="pixels SPATIAL,SPECTRAL", kind="overlap",
                                    help="with region_shape: least overlap of neighbouring regions (s2p_setup's "
                                         "min_overlap_spat, min_overlap_spec)", shown_default="0,0")
     take_regions: int | None = _opt(None, unit="regions", kind="int", low=1,
@@ -95,12 +104,12 @@ class RunConfig:
     order: str = _opt("sequential", kind="choice", choices=("sequential", "random"),
                       help="the order requests are issued in: file order, or a random permutation of the same "
                            "requests (seed 000's access-order experiment)")
-    hdu: int = _opt(0, unit="HDU index", kind="int", low=0, help="FITS: image HDU to read, 0 = primary")
-    dataset: str | None = _opt(None, unit="HDF5 path", kind="str",
+    hdu: int = _opt(0, commands=OPENERS, unit="HDU index", kind="int", low=0, help="FITS: image HDU to read, 0 = primary")
+    dataset: str | None = _opt(None, commands=OPENERS, unit="HDF5 path", kind="str",
                                help="HDF5: the dataset to read, e.g. /0/DATA (the format is told by the "
                                     "object's magic bytes, not its name)",
                                shown_default="the file's only 3-D or 4-D numeric dataset")
-    region: str | None = _opt(None, unit="numpy-order slices", kind="region",
+    region: str | None = _opt(None, commands=PLANNERS, unit="numpy-order slices", kind="region",
                               help="restrict the job to part of the cube, e.g. '0:100,:,200:300'",
                               shown_default="whole cube")
     report: str | None = _opt(None, unit="path", kind="path", help="write the JSON report here")
@@ -138,17 +147,17 @@ class RunConfig:
     progress: bool = _opt(True, kind="bool", help="show a progress bar on rank 0")
     presign_expires_s: int = _opt(3600, unit="s", kind="int", low=1, high=MAX_EXPIRES_S,
                                   help="lifetime of URLs ingest presigns itself (SigV4 allows 7 days)")
-    retries: int = _opt(5, unit="retries", kind="int", low=0, help="retries per request after a retryable error")
-    retry_backoff_s: float = _opt(0.2, unit="s", kind="float", low=0.0,
+    retries: int = _opt(5, commands=OPENERS, unit="retries", kind="int", low=0, help="retries per request after a retryable error")
+    retry_backoff_s: float = _opt(0.2, commands=OPENERS, unit="s", kind="float", low=0.0,
                                   help="first retry waits up to this long; the ceiling doubles each retry (full jitter)")
-    retry_total_s: float = _opt(300.0, unit="s", kind="float", low=0.0, low_open=True,
+    retry_total_s: float = _opt(300.0, commands=OPENERS, unit="s", kind="float", low=0.0, low_open=True,
                                 help="give up on a request after this much time spent retrying")
-    connect_timeout_s: float = _opt(10.0, unit="s", kind="float", low=0.0, low_open=True,
+    connect_timeout_s: float = _opt(10.0, commands=OPENERS, unit="s", kind="float", low=0.0, low_open=True,
                                     help="TCP/TLS connect timeout")
-    read_timeout_s: float = _opt(60.0, unit="s", kind="float", low=0.0, low_open=True,
+    read_timeout_s: float = _opt(60.0, commands=OPENERS, unit="s", kind="float", low=0.0, low_open=True,
                                  help="longest wait for the next bytes of a response")
-    ca_bundle: str | None = _opt(None, unit="path", kind="path", help="PEM file of CAs to trust for TLS")
-    verify_tls: bool = _opt(True, kind="bool", help="verify TLS certificates (turn off only for test servers)")
+    ca_bundle: str | None = _opt(None, commands=OPENERS, unit="path", kind="path", help="PEM file of CAs to trust for TLS")
+    verify_tls: bool = _opt(True, commands=OPENERS, kind="bool", help="verify TLS certificates (turn off only for test servers)")
 
     def __post_init__(self):
         for f in fields(self):
@@ -450,10 +459,10 @@ def read_config_file(path: str) -> dict:
 # ------------------------------------------------------------------ resolution and CLI
 
 
-def load_config(cli_values: dict, config_path: str | None = None) -> RunConfig:
-    """Resolve defaults < TOML file < command line. `cli_values` maps field names to what the user
-    typed; None (or absent) means not given."""
-    values = read_config_file(config_path) if config_path is not None else {}
+def load_config(cli_values: dict, config_path: str | None = None, defaults: dict | None = None) -> RunConfig:
+    """Resolve defaults < a command's own defaults < TOML file < command line. `cli_values` maps
+    field names to what the user typed; None (or absent) means not given."""
+    values = {**(defaults or {}), **(read_config_file(config_path) if config_path is not None else {})}
     for key, value in cli_values.items():
         if key not in _FIELDS:
             raise ConfigError(f"{key}: not a run option{did_you_mean(key)}")
@@ -464,78 +473,3 @@ def load_config(cli_values: dict, config_path: str | None = None) -> RunConfig:
         raise ConfigError(f"source: required (local path, http(s) presigned URL or s3://bucket/key); "
                           f"give --source{where}")
     return RunConfig(**values)
-
-
-def _default_text(f) -> str:
-    if f.metadata["shown_default"]:
-        return f.metadata["shown_default"]
-    if f.default is MISSING:
-        return "required"
-    if f.default is None:
-        return "none"
-    if f.metadata["kind"] == "bytes":
-        return format_bytes(f.default)
-    if isinstance(f.default, bool):
-        return str(f.default).lower()
-    if isinstance(f.default, float):
-        return f"{f.default:g}"
-    return str(f.default)
-
-
-def add_run_arguments(parser: argparse.ArgumentParser, command: str = "run") -> None:
-    """Add --config and one option per RunConfig field that `command` offers (--chunk-bytes,
-    --progress/--no-progress...), all defaulting to None so that 'not given' can be told from
-    'given the default'."""
-    parser.add_argument("--config", metavar="PATH", default=None,
-                        help="TOML file with a [run] table; command-line options override it")
-    for f in fields(RunConfig):
-        meta = f.metadata
-        if command not in meta["commands"]:
-            continue
-        unit = f"{meta['unit']}; " if meta["unit"] else ""
-        text = f"{meta['help']} [{unit}default {_default_text(f)}]".replace("%", "%%")
-        flag = "--" + f.name.replace("_", "-")
-        if meta["kind"] == "bool":
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=text)
-        elif meta["kind"] == "companions":  # repeatable: --companion weights=... --companion noise=...
-            parser.add_argument("--companion", dest=f.name, action="append", default=None, metavar="NAME=SOURCE",
-                                help=text)
-        else:
-            # Strings go straight to check_field so CLI and TOML errors read the same.
-            metavar = "{" + ",".join(meta["choices"]) + "}" if meta["choices"] else f.name.upper()
-            parser.add_argument(flag, dest=f.name, default=None, metavar=metavar, help=text)
-
-
-def source_argument(text: str, field: str = "source") -> str:
-    """A source given on the command line: `env:NAME` reads it from that environment variable,
-    which keeps a presigned URL (a bearer credential) out of `ps`. A signed URL typed on the
-    command line itself still works, with a warning saying how to avoid it."""
-    if text.startswith("env:"):
-        name = text[4:]
-        value = os.environ.get(name)
-        if not name or not value:
-            raise ConfigError(f"{field}: environment variable {name or '(empty name)'} is not set (from {text!r})")
-        return value
-    if _source_form(text) == "http" and re.search(r"(?i)(signature|x-amz-credential|x-amz-security-token)=", text):
-        print(f"ingest: warning: {field} is a presigned URL on the command line, where `ps` shows it to other "
-              f"users; pass it as --{field.replace('_', '-')} env:VARIABLE or in the config file's [run] table",
-              file=sys.stderr, flush=True)
-    return text
-
-
-def _companion_argument(item: str):
-    """NAME=SOURCE from the command line, its SOURCE read like --source (env:VAR allowed)."""
-    if "=" not in item:
-        return item  # check_field names the mistake
-    label, source = item.split("=", 1)
-    return label, source_argument(source, "companion")
-
-
-def config_from_args(args: argparse.Namespace) -> RunConfig:
-    """The RunConfig for parsed `add_run_arguments` options."""
-    cli_values = {name: getattr(args, name, None) for name in _FIELDS}
-    if cli_values.get("source") is not None:
-        cli_values["source"] = source_argument(cli_values["source"])
-    if cli_values.get("companions"):  # NAME=env:VAR keeps a companion's presigned URL out of ps too
-        cli_values["companions"] = [_companion_argument(item) for item in cli_values["companions"]]
-    return load_config(cli_values, getattr(args, "config", None))

@@ -1,0 +1,43 @@
+"""`python -m ingest upload FILE s3://bucket/key`: one local file to the store by multipart upload."""
+from __future__ import annotations
+
+from ingest.staging.upload import DEFAULT_CONCURRENCY, upload_file
+from ingest.units import format_bytes, parse_bytes
+
+
+def add_parser(subparsers) -> None:
+    """Register `upload LOCAL_PATH s3://bucket/key [--part-bytes N] [--concurrency N] [--no-progress]`."""
+    p = subparsers.add_parser(
+        "upload",
+        help="upload a local file with a part size that fits S3 multipart limits",
+        description="Upload a file to S3 (multipart when larger than one part). The part size is "
+        "checked against the S3 limits (5 MiB..5 GiB per part, 10,000 parts, 5 TiB) before "
+        "anything is sent. Credentials and endpoint come from boto3's standard chain.",
+    )
+    p.add_argument("path", metavar="LOCAL_PATH")
+    p.add_argument("uri", metavar="s3://BUCKET/KEY")
+    p.add_argument("--part-bytes", default=None,
+                   help="part size, e.g. 64MiB or 1GiB (default: 64 MiB, raised to fit 10,000 parts)")
+    p.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY,
+                   help=f"parts in flight at once (default {DEFAULT_CONCURRENCY})")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--endpoint-url", default=None, help="S3 endpoint (default: boto3's chain)")
+    p.set_defaults(func=_run)
+
+
+def _run(args) -> int:
+    part_bytes = None if args.part_bytes is None else parse_bytes(args.part_bytes, "part_bytes")
+    client = None
+    if args.endpoint_url:
+        from ingest.transports.s3client import s3_client
+
+        client = s3_client(max_pool_connections=max(10, args.concurrency), endpoint_url=args.endpoint_url)
+    result = upload_file(args.path, args.uri, part_bytes=part_bytes, concurrency=args.concurrency,
+                         progress=not args.no_progress, client=client)
+    rate = result.object_bytes / result.elapsed_s if result.elapsed_s > 0 else 0.0
+    print(
+        f"uploaded {args.path} -> s3://{result.bucket}/{result.key}: {format_bytes(result.object_bytes)} "
+        f"in {result.n_parts} part(s) of {format_bytes(result.part_bytes)}, "
+        f"{result.elapsed_s:.2f} s ({format_bytes(rate)}/s), ETag {result.etag}"
+    )
+    return 0

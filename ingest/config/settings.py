@@ -1,0 +1,110 @@
+"""Read settings, resolved once: a config, a transport, a layout and a selection -> `Settings`.
+
+The driver (rank 0, then broadcast), `ingest.open` (per box shape, reusing what the first probe
+measured), `plan` and `info` all resolve here, so a setting means the same thing everywhere:
+what the config fixes is kept, and with strategy auto the tuner chooses the rest, probing the
+link when the read is large enough to repay it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ingest.config.run import RunConfig
+from ingest.core.cost import CostModel
+from ingest.core.lattice import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS
+from ingest.core.layout import Layout
+from ingest.core.linkprobe import LinkProbe
+from ingest.core.selection import Selection
+from ingest.core.tuning import Tuning, choose
+from ingest.engine.autotune import tune_read, worth_probing
+from ingest.formats.reader import HeaderTiming
+from ingest.transports.base import Transport
+from ingest.transports.retry import RetryPolicy
+
+# Where a cost model reused for a later box came from, as the tuner's reason names it.
+MEASURED_ONCE = "the link as measured once for this cube"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The values one read uses: the config's where it fixes them, the tuner's where it says auto."""
+
+    strategy: str  # what "auto" resolved to, or the configured strategy
+    threads: int  # requests in flight
+    chunk_bytes: int  # largest single request
+    max_gap_bytes: int | None  # None: the cost model's break-even gap
+    cost: CostModel
+    tuning: Tuning | None = None  # the tuner's choice and reasons; None when configured
+    probe: LinkProbe | None = None  # what a probe measured, when one ran
+
+    @property
+    def tuned(self) -> bool:
+        return self.tuning is not None
+
+    def report_dict(self) -> dict | None:
+        """The tuner's account for the report (probe measurements and reasons), None if configured."""
+        if self.tuning is None:
+            return None
+        return {"probe": self.probe.as_dict() if self.probe else None, **self.tuning.as_dict()}
+
+
+def configured_cost(cfg: RunConfig) -> CostModel:
+    """The cost model the config states (seed 001's Acacia figures by default)."""
+    return CostModel(latency_s=cfg.latency_s, bandwidth_bytes_per_s=cfg.bandwidth_bytes_per_s,
+                     cpu_per_request_s=cfg.cpu_per_request_s)
+
+
+def configured_settings(cfg: RunConfig, cost: CostModel | None = None) -> Settings:
+    """The settings with nothing tuned: the config's values, the planner's defaults for auto."""
+    return Settings(cfg.strategy, cfg.threads or DEFAULT_THREADS, cfg.chunk_bytes or DEFAULT_CHUNK_BYTES,
+                    cfg.max_gap_bytes, cost or configured_cost(cfg))
+
+
+def tunable(cfg: RunConfig, layout: Layout) -> bool:
+    """Does the tuner choose anything here? Only with strategy auto, and only for data that a
+    request reads at all (compact or never-written HDF5 data needs none)."""
+    return cfg.strategy == "auto" and worth_probing(layout)
+
+
+def resolve_settings(cfg: RunConfig, transport: Transport, layout: Layout, sel: Selection, *,
+                     cost: CostModel | None = None, header: HeaderTiming | None = None, ranks_sharing: int = 1,
+                     measured: CostModel | None = None) -> Settings:
+    """The settings for reading `sel` of `layout` through `transport`.
+
+    cost: the model to start from (default: the config's); header: the header request's timing,
+    the tuner's free first look at the link (None when the caller's model must stand as given);
+    ranks_sharing: ranks on one node that share its link; measured: a model an earlier probe of
+    this link measured, reused without probing again."""
+    configured = configured_settings(cfg, cost)
+    if not tunable(cfg, layout):
+        return configured
+    fixed = {"chunk_bytes": cfg.chunk_bytes, "threads": cfg.threads, "gap_bytes": cfg.max_gap_bytes}
+    if measured is not None:
+        return _from_tuning(choose(measured, layout, sel, model=MEASURED_ONCE, **fixed))
+    tuning, link = tune_read(transport, layout, sel, configured.cost, probe=cfg.probe, ranks_sharing=ranks_sharing,
+                             header=header, in_flight_max=cfg.max_in_flight, **fixed)
+    return _from_tuning(tuning, link)
+
+
+def _from_tuning(tuning: Tuning, link: LinkProbe | None = None) -> Settings:
+    return Settings(tuning.strategy, tuning.threads, tuning.chunk_bytes, tuning.max_gap_bytes, tuning.cost, tuning,
+                    link)
+
+
+def transport_options(cfg: RunConfig) -> dict:
+    """Transport keyword arguments from the config (timeouts, TLS, endpoint, engine)."""
+    opts = {
+        "connect_timeout_s": cfg.connect_timeout_s,
+        "read_timeout_s": cfg.read_timeout_s,
+        "verify_tls": cfg.verify_tls,
+        "ca_bundle": cfg.ca_bundle,
+        "engine": cfg.engine,
+    }
+    if cfg.endpoint_url:
+        opts["endpoint_url"] = cfg.endpoint_url
+    return opts
+
+
+def retry_policy(cfg: RunConfig) -> RetryPolicy:
+    """How each request retries transient faults, from the config."""
+    return RetryPolicy(retries=cfg.retries, total_s=cfg.retry_total_s, backoff_s=cfg.retry_backoff_s)
