@@ -16,10 +16,10 @@ setup(
         "h5py>=3.8",
         "tqdm>=4.60",
         "matplotlib>=3.7",
-        # HDF5 chunk filters decoded on the worker threads (see ingest/io/filters.py)
+        # HDF5 chunk filters decoded on the worker threads (see ingest/formats/filters.py)
         "numcodecs>=0.12",
         "imagecodecs>=2024.1.1",
-        # The native request engine (libcurl's multi interface; ingest/io/transports/curl.py).
+        # The native request engine (libcurl's multi interface; ingest/transports/curl.py).
         # Only where PyPI has a manylinux wheel (no compiler needed); elsewhere ingest runs on
         # urllib3/boto3 and says so (engine = auto falls back).
         "pycurl>=7.45.3; platform_system == 'Linux' and platform_machine in 'x86_64 aarch64'",

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 import ingest
 import ingest.driver
 import ingest.api.cube
+import ingest.config.settings
 from ingest.cli.main import main as cli_main
 from ingest.errors import ConfigError, RegionError
 from ingest.transports.presign import presign_url
@@ -278,7 +279,7 @@ def test_the_probe_runs_once_under_a_lock(tmp_path, monkeypatch):
     it and reuse its cost model through the pure tuner."""
     path = tmp_path / "probe.fits"
     write_cube(path, (20, 128, 128), -32)  # 1.25 MiB: enough data to be worth probing
-    real = ingest.api.cube.tune_read
+    real = ingest.config.settings.tune_read
     calls, active, most = [], [0], [0]
 
     def slow_tune(*args, **kw):
@@ -290,7 +291,7 @@ def test_the_probe_runs_once_under_a_lock(tmp_path, monkeypatch):
         active[0] -= 1
         return tuning, object()  # "the probe measured something"
 
-    monkeypatch.setattr(ingest.api.cube, "tune_read", slow_tune)
+    monkeypatch.setattr(ingest.config.settings, "tune_read", slow_tune)
     whole = local_array(str(path), {"kind": "fits", "hdu": 0})
     with ingest.open(path) as cube, ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lambda k: cube[k, 10:90], range(8)))

@@ -272,7 +272,7 @@ def test_a_run_past_run_timeout_is_killed_and_recorded_as_timeout(stall_url, env
 
 def test_ctrl_c_finishes_the_current_row_as_interrupted_and_prints_the_summary(stall_url, env, tmp_path):
     db = str(tmp_path / "soak.sqlite")
-    proc = subprocess.Popen([sys.executable, "-m", "ingest.study.soak", "--runs", "3", "--db", db, "--label", "hang",
+    proc = subprocess.Popen([sys.executable, "-m", "ingest", "soak", "--runs", "3", "--db", db, "--label", "hang",
                              "--", "--source", stall_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 20
     while not leftover_processes(" ".join(["run", "--source", stall_url]).replace(" ", "\0")):

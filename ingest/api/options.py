@@ -12,7 +12,7 @@ from typing import Iterable
 
 from ingest.config import did_you_mean
 
-# What the transports take besides the source, passed through unchanged (see io/transports/):
+# What the transports take besides the source, passed through unchanged (see ingest/transports/):
 # TLS and timeouts (presigned, s3), an S3 endpoint or a ready boto3 client (s3), a callable that
 # re-signs an expired URL (presigned), O_DIRECT reads (posix), and the HTTP engine choice.
 TRANSPORT_OPTIONS = ("endpoint_url", "verify_tls", "ca_bundle", "connect_timeout_s", "read_timeout_s", "client",

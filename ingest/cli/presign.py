@@ -3,14 +3,12 @@ from __future__ import annotations
 
 import sys
 
-from ingest.transports.presign import (
-    DEFAULT_EXPIRES_S,
-    MAX_EXPIRES_S,
-    parse_s3_uri,
-    presign_url,
-    url_expiry,
-    validate_expires_s,
-)
+from ingest.config import add_setting_arguments, setting_values
+from ingest.transports.presign import DEFAULT_EXPIRES_S, parse_s3_uri, presign_url, url_expiry, validate_expires_s
+from ingest.transports.s3client import s3_client
+
+# The URL's lifetime is the run setting presign_expires_s, spelled --expires-s here.
+_SETTINGS = {"presign_expires_s": "--expires-s", "endpoint_url": None}
 
 
 def add_parser(subparsers) -> None:
@@ -22,19 +20,17 @@ def add_parser(subparsers) -> None:
         "standard chain (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...).",
     )
     p.add_argument("uri", metavar="s3://BUCKET/KEY")
-    p.add_argument("--expires-s", type=int, default=DEFAULT_EXPIRES_S,
-                   help=f"lifetime in seconds, 1..{MAX_EXPIRES_S} (default {DEFAULT_EXPIRES_S})")
-    p.add_argument("--endpoint-url", default=None, help="S3 endpoint (default: boto3's chain)")
+    add_setting_arguments(p, _SETTINGS, "presign")
     p.set_defaults(func=_run)
 
 
 def _run(args) -> int:
-    from ingest.transports.s3client import s3_client
-
     bucket, key = parse_s3_uri(args.uri)
-    validate_expires_s(args.expires_s)
-    kw = {"endpoint_url": args.endpoint_url} if args.endpoint_url else {}
-    url = presign_url(bucket, key, args.expires_s, client=s3_client(**kw))
+    given = setting_values(args, _SETTINGS)
+    expires_s = given["presign_expires_s"] or DEFAULT_EXPIRES_S
+    validate_expires_s(expires_s)
+    kw = {"endpoint_url": given["endpoint_url"]} if given["endpoint_url"] else {}
+    url = presign_url(bucket, key, expires_s, client=s3_client(**kw))
     expiry = url_expiry(url)
     print(url)
     if expiry is not None:

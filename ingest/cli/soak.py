@@ -2,19 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from ingest.errors import ConfigError, IngestError
-from ingest.study.soak import (
-    DEFAULT_DB,
-    DEFAULT_LABEL,
-    DEFAULT_RUN_TIMEOUT_S,
-    number_option,
-    config_from_args,
-    render_summary,
-    soak,
-    summarize,
-)
+from ingest.errors import ConfigError
+from ingest.study.soak import (DEFAULT_DB, DEFAULT_LABEL, DEFAULT_RUN_TIMEOUT_S, config_from_args, number_option,
+                               render_summary, soak, summarize)
 
 
 def _cli(args) -> int:
@@ -63,19 +54,3 @@ def _dispatch(args) -> int:
     if args.label is None:
         args.label = DEFAULT_LABEL
     return _cli(args)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m ingest.study.soak ...` (same as `python -m ingest soak ...`)."""
-    parser = argparse.ArgumentParser(prog="python -m ingest")
-    add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["soak", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return args.func(args)
-    except IngestError as exc:
-        print(f"ingest soak: error: {exc}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,9 +3,14 @@ from __future__ import annotations
 
 import time
 
+from ingest.config import add_setting_arguments, setting_values
+from ingest.core.lattice import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS
 from ingest.errors import ConfigError, IngestError
 from ingest.outputs.tile import tile_cube
-from ingest.units import format_bytes, parse_bytes
+from ingest.units import format_bytes
+
+# The run settings tile takes (boxes, the HDU or dataset, the endpoint, how each box is read).
+_SETTINGS = dict.fromkeys(("grid", "hdu", "dataset", "endpoint_url", "threads", "chunk_bytes"))
 
 
 def add_parser(subparsers) -> None:
@@ -20,27 +25,23 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("source", metavar="SOURCE")
     p.add_argument("dest", metavar="DEST_PREFIX", help="s3://bucket/prefix/ or a local directory")
-    p.add_argument("--grid", required=True, help="boxes per axis in FITS order (x first), e.g. 2x2x1")
-    which = p.add_mutually_exclusive_group()
-    which.add_argument("--hdu", type=int, default=0, help="FITS: the image HDU to cut (default 0)")
-    which.add_argument("--dataset", default=None, help="HDF5: the dataset to cut (default: the only cube)")
-    p.add_argument("--endpoint-url", default=None, help="S3 endpoint for source and destination "
-                   "(default: boto3's chain)")
-    p.add_argument("--threads", type=int, default=4, help="concurrent range requests per box (default 4)")
-    p.add_argument("--chunk-bytes", default="16MiB", help="largest range request (default 16MiB)")
+    add_setting_arguments(p, _SETTINGS, "tile")
     p.add_argument("--parallel", type=int, default=1, help="boxes read and written at once (default 1)")
     p.add_argument("--quiet", action="store_true", help="no line per tile")
     p.set_defaults(func=_run)
 
 
 def _run(args) -> int:
-    if args.threads < 1:
-        raise ConfigError(f"threads: expected at least 1 thread, got {args.threads}")
+    given = setting_values(args, _SETTINGS)
+    if given["grid"] is None:
+        raise ConfigError("grid: required for tile (boxes per axis in FITS order, x first, e.g. 2x2x1)")
+    if given["hdu"] is not None and given["dataset"] is not None:
+        raise ConfigError("hdu: and dataset: both given; a FITS cube has HDUs, an HDF5 file datasets")
     started = time.perf_counter()
     try:
-        index, where = tile_cube(args.source, args.dest, args.grid, hdu=args.hdu, dataset=args.dataset,
-                                 endpoint_url=args.endpoint_url, threads=args.threads,
-                                 chunk_bytes=parse_bytes(args.chunk_bytes, "chunk_bytes"), parallel=args.parallel,
+        index, where = tile_cube(args.source, args.dest, given["grid"], hdu=given["hdu"] or 0, dataset=given["dataset"],
+                                 endpoint_url=given["endpoint_url"], threads=given["threads"] or DEFAULT_THREADS,
+                                 chunk_bytes=given["chunk_bytes"] or DEFAULT_CHUNK_BYTES, parallel=args.parallel,
                                  log=None if args.quiet else print)
     except OSError as exc:  # a local write: named by its file
         raise IngestError(f"tile: {exc.filename or args.dest}: {exc.strerror or exc}") from None

@@ -1,8 +1,12 @@
 """`python -m ingest upload FILE s3://bucket/key`: one local file to the store by multipart upload."""
 from __future__ import annotations
 
+from ingest.config import add_setting_arguments, setting_values
 from ingest.staging.upload import DEFAULT_CONCURRENCY, upload_file
+from ingest.transports.s3client import s3_client
 from ingest.units import format_bytes, parse_bytes
+
+_SETTINGS = dict.fromkeys(("endpoint_url", "progress"))
 
 
 def add_parser(subparsers) -> None:
@@ -20,20 +24,18 @@ def add_parser(subparsers) -> None:
                    help="part size, e.g. 64MiB or 1GiB (default: 64 MiB, raised to fit 10,000 parts)")
     p.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY,
                    help=f"parts in flight at once (default {DEFAULT_CONCURRENCY})")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    p.add_argument("--endpoint-url", default=None, help="S3 endpoint (default: boto3's chain)")
+    add_setting_arguments(p, _SETTINGS, "upload")
     p.set_defaults(func=_run)
 
 
 def _run(args) -> int:
+    given = setting_values(args, _SETTINGS)
     part_bytes = None if args.part_bytes is None else parse_bytes(args.part_bytes, "part_bytes")
     client = None
-    if args.endpoint_url:
-        from ingest.transports.s3client import s3_client
-
-        client = s3_client(max_pool_connections=max(10, args.concurrency), endpoint_url=args.endpoint_url)
+    if given["endpoint_url"]:
+        client = s3_client(max_pool_connections=max(10, args.concurrency), endpoint_url=given["endpoint_url"])
     result = upload_file(args.path, args.uri, part_bytes=part_bytes, concurrency=args.concurrency,
-                         progress=not args.no_progress, client=client)
+                         progress=given["progress"] is not False, client=client)
     rate = result.object_bytes / result.elapsed_s if result.elapsed_s > 0 else 0.0
     print(
         f"uploaded {args.path} -> s3://{result.bucket}/{result.key}: {format_bytes(result.object_bytes)} "

@@ -12,7 +12,7 @@ import re
 import sys
 from dataclasses import MISSING, fields
 
-from ingest.config.run import _FIELDS, RunConfig, _source_form, load_config
+from ingest.config.run import _FIELDS, RunConfig, _source_form, check_field, load_config
 from ingest.errors import ConfigError
 from ingest.units import format_bytes
 
@@ -44,23 +44,42 @@ def add_run_arguments(parser: argparse.ArgumentParser, command: str = "run", *, 
                         help="TOML file with a [run] table; command-line options override it")
     parser.set_defaults(run_command=command)
     for f in fields(RunConfig):
-        meta = f.metadata
-        if command not in meta["commands"]:
+        if command not in f.metadata["commands"]:
             continue
-        unit = f"{meta['unit']}; " if meta["unit"] else ""
-        text = f"{meta['help']} [{unit}default {_default_text(f, command)}]".replace("%", "%%")
-        flag = "--" + f.name.replace("_", "-")
         if f.name == "source" and positional_source:
-            parser.add_argument("source", help=f"{meta['help'].replace(' (required)', '')}, or env:VARIABLE holding one")
-        elif meta["kind"] == "bool":
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=text)
-        elif meta["kind"] == "companions":  # repeatable: --companion weights=... --companion noise=...
-            parser.add_argument("--companion", dest=f.name, action="append", default=None, metavar="NAME=SOURCE",
-                                help=text)
+            parser.add_argument("source", help=f"{f.metadata['help'].replace(' (required)', '')}, "
+                                               "or env:VARIABLE holding one")
         else:
-            # Strings go straight to check_field so CLI and TOML errors read the same.
-            metavar = "{" + ",".join(meta["choices"]) + "}" if meta["choices"] else f.name.upper()
-            parser.add_argument(flag, dest=f.name, default=None, metavar=metavar, help=text)
+            _add_field(parser, f, command)
+
+
+def add_setting_arguments(parser: argparse.ArgumentParser, flags: dict[str, str | None], command: str) -> None:
+    """Options for some RunConfig fields in a command that is not a run (tile, upload, presign):
+    `flags` maps a field name to its flag (None: the field's own, e.g. --endpoint-url). Read them
+    back with `setting_values`, which checks them as the config does."""
+    for name, flag in flags.items():
+        _add_field(parser, _FIELDS[name], command, flag)
+
+
+def setting_values(args: argparse.Namespace, flags: dict[str, str | None]) -> dict:
+    """The checked values of `add_setting_arguments` options; None where not given."""
+    return {name: None if getattr(args, name) is None else check_field(name, getattr(args, name)) for name in flags}
+
+
+def _add_field(parser, f, command: str, flag: str | None = None) -> None:
+    meta = f.metadata
+    unit = f"{meta['unit']}; " if meta["unit"] else ""
+    text = f"{meta['help']} [{unit}default {_default_text(f, command)}]".replace("%", "%%")
+    flag = flag or "--" + f.name.replace("_", "-")
+    if meta["kind"] == "bool":
+        parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=text)
+    elif meta["kind"] == "companions":  # repeatable: --companion weights=... --companion noise=...
+        parser.add_argument("--companion", dest=f.name, action="append", default=None, metavar="NAME=SOURCE",
+                            help=text)
+    else:
+        # Strings go straight to check_field so CLI and TOML errors read the same.
+        metavar = "{" + ",".join(meta["choices"]) + "}" if meta["choices"] else f.name.upper()
+        parser.add_argument(flag, dest=f.name, default=None, metavar=metavar, help=text)
 
 
 def source_argument(text: str, field: str = "source") -> str:

@@ -1,7 +1,7 @@
 """Chunked datasets (HDF5), as plain data: the chunk index and the filter pipeline.
 
 Rank 0 reads them once (`ingest.formats.hdf5`) and broadcasts them; the planner
-(`core.chunkplan`) and the decoder (`io.filters`) take them as they are. Arrays, not lists of
+(`core.chunkplan`) and the decoder (`formats.filters`) take them as they are. Arrays, not lists of
 objects: a survey cube has hundreds of thousands of chunks.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Plan any layout's read (pure): the one place that knows which planner a layout needs.
 
 - FITS images and contiguous HDF5 datasets are a strided lattice in the object: the lattice
-  planner (planner.py) merges its runs.
+  planner (lattice.py) merges its runs.
 - Chunked HDF5 datasets are stored chunk by chunk, each compressed whole: the chunk planner
   (chunkplan.py) merges the blobs a box touches.
 - A compact HDF5 dataset lives in its object header, and one never written reads as its fill

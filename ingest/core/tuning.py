@@ -1,6 +1,6 @@
 """Self-tuning (pure): from a link probe and a box, choose strategy, gap, request size, threads.
 
-Plans are closed-form (a handful of integers, see planner.py), so instead of rules of thumb the
+Plans are closed-form (a handful of integers, see lattice.py), so instead of rules of thumb the
 tuner plans every candidate - gap none / break-even (latency x bandwidth) / unlimited, or one
 channel per request; requests of 1..64 MiB; 1..16 threads - and keeps the one the probed cost
 model predicts fastest. The model knows what the probe saw: per-request latency, one stream's

@@ -4,7 +4,7 @@ A request whose bytes are all needed is read directly into its place in the dest
 output array, or a mapped window of an output file); one with gaps is read into its thread's
 reusable buffer (at most chunk_bytes) and scattered by one strided numpy copy. So one read holds
 at most threads x chunk_bytes beside its destination, and nothing beside it when the destination
-is a file (`io.destination`).
+is a file (`engine.destination`).
 """
 from __future__ import annotations
 

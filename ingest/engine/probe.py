@@ -199,10 +199,9 @@ class LinkProber:
         cpu0 = time.process_time()
         sequential = [self._small(k) for k in range(2)]
         self._cpu_per_request_s = (time.process_time() - cpu0) / 2
-        # A small request's latency is its whole time, not its time to first byte: versitygw sends
-        # the headers before it reads the data, and on loopback the first byte came at 0.46 ms of
-        # a request that took 0.6-0.8 ms; priced at the first byte, 256 small requests predicted
-        # at 0.085 s took 0.14-0.17 s, and the tuner chose them over a bulk read of 0.13 s.
+        # A small request occupies its connection from request to last byte, so that whole time is
+        # its latency: a server may send the headers before it has read the data (versitygw: first
+        # byte at 0.46 ms of a 0.6-0.8 ms request on loopback).
         self._small_requests_s += [total for _, total in sequential]
         one_s = statistics.median(total for _, total in sequential)
         n = self._wave
