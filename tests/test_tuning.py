@@ -9,11 +9,13 @@ from astropy.io import fits
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.engine.autotune import overlap_at_stake_s, tune_read
+import ingest.engine.autotune as autotune
+from ingest.engine.autotune import ROUND_RULES, overlap_at_stake_s, tune_read
 from ingest.formats.fits import FitsLayout as Layout
 from ingest.core.lattice import STRATEGIES, make_plan
 from ingest.core.cost import CostModel
 from ingest.formats.reader import HeaderTiming, read_layout, read_layout_timed
+import ingest.engine.probe as probe_module
 from ingest.engine.probe import MIN_PROBE_READ_BYTES, SHARED_SCALING_MAX, LinkProber, probe_link
 from ingest.core.linkprobe import LATENCY_THREADS, LATENCY_WAVE, ROUNDS, LinkProbe
 from ingest.core.selection import normalize
@@ -428,3 +430,113 @@ def test_deeper_than_sixteen_in_flight_only_on_measured_overlap():
     assert assumed.threads == THREADS_MAX
     given, _ = tune_read(concurrent, layout, sel, slow, probe=False, in_flight_max=64)
     assert given.threads == 64
+
+
+class StepLog(LinkProber):
+    """A prober that logs the tuner's steps, in the order it takes them."""
+
+    steps: list[str] = []
+
+    def run_round(self):
+        self.steps.append(f"run {self.next_round}")
+        super().run_round()
+
+    def skip_round(self):
+        self.steps.append(f"pass over {self.next_round}")
+        super().skip_round()
+
+    def grow_stream(self, *args):
+        grown = super().grow_stream(*args)
+        if grown:
+            self.steps.append("regrow stream")
+        return grown
+
+
+class SimulatedLink(MemoryTransport):
+    """A link on a simulated clock, so that what the probe measures, and so every decision of
+    the tuner's, is the same on a loaded machine: each read waits `latency_s` (its time to first
+    byte), then `startup_s` more (counted as transfer, as a sub-millisecond read's start-up is),
+    then moves at `stream_bytes_per_s`. Reads at once overlap or, with `serial`, take their turns
+    (a busy server's CPU); streams at once add up or, with `shared`, split the bandwidth.
+    `install` puts the probe's clocks and threads on the link's clock."""
+
+    def __init__(self, data_bytes: int, latency_s: float, stream_bytes_per_s: float, *, startup_s: float = 0.0,
+                 serial: bool = False, shared: bool = False):
+        super().__init__(b"")
+        self.data_bytes, self.latency_s, self.stream_bytes_per_s = data_bytes, latency_s, stream_bytes_per_s
+        self.startup_s, self.serial, self.shared = startup_s, serial, shared
+        self.now_s = self.cpu_s = 0.0
+        self.at_once = 1
+
+    def read_into(self, buffer, offset):
+        assert 0 <= offset and offset + len(buffer) <= self.data_bytes
+        share = self.at_once if self.shared else 1
+        self.now_s += self.latency_s + self.startup_s + len(buffer) * share / self.stream_bytes_per_s
+        self.cpu_s += 50e-6
+        return self.latency_s
+
+    def _concurrently(self, fn, n: int) -> list:
+        """fn(k) for k < n, all starting now, one after another on the clock when serial."""
+        start_s, ends_s, results = self.now_s, [], []
+        self.at_once = n
+        for k in range(n):
+            self.now_s = start_s
+            results.append(fn(k))
+            ends_s.append(self.now_s)
+        self.at_once = 1
+        self.now_s = start_s + (sum(e - start_s for e in ends_s) if self.serial else max(ends_s) - start_s)
+        return results
+
+    def install(self, monkeypatch) -> None:
+        clock = type("Clock", (), {"perf_counter": lambda: self.now_s, "process_time": lambda: self.cpu_s})
+        monkeypatch.setattr(probe_module, "time", clock)
+        monkeypatch.setattr(probe_module, "_concurrently", self._concurrently)
+
+
+def test_round_rules_follow_the_probe_s_rounds():
+    assert tuple(rule.name for rule in ROUND_RULES) == ROUNDS
+    assert {rule.if_not_worth for rule in ROUND_RULES} == {"stop", "pass over"}
+
+
+ALL_OF_64_PLANES = (slice(0, 64),)
+THIN_64 = (slice(0, 64), slice(0, 1), slice(0, 8))  # 32 B in each of 64 planes
+# link: (the link, on a 64 MiB cube; box; configured model; header request's time; budget
+# fraction; the tuner's steps)
+TYPICAL_LINKS = {
+    # the stream round fits the budget; the latency round neither fits nor repays (the plan does
+    # not lean on overlap) and is passed over; the streams round neither fits nor repays: stop
+    "5 ms, shared": (dict(latency_s=0.005, stream_bytes_per_s=5e9, shared=True), ALL_OF_64_PLANES, CostModel(),
+                     0.005, 0.04, ["run stream", "pass over latency"]),
+    # the latency round is passed over; the streams round runs past the budget (streams adding up
+    # would change the plan); the latency round, weighed again for the new plan, is passed over
+    "2 ms, 80 MB/s per connection": (dict(latency_s=0.002, stream_bytes_per_s=80e6), ALL_OF_64_PLANES, CostModel(),
+                                     0.002, 0.04, ["run stream", "pass over latency", "run streams",
+                                                   "pass over latency"]),
+    # the plan of many small requests leans on overlap: the stream and latency rounds run past
+    # the budget, find none, and the streams round neither fits nor repays: stop
+    "2 ms, serial": (dict(latency_s=0.002, stream_bytes_per_s=5e9, serial=True), THIN_64,
+                     CostModel(bandwidth_bytes_per_s=3e9), 0.002, 0.04, ["run stream", "run latency"]),
+    # every round fits; the stream round's 1 MiB read (1/32 of the box) is read again, longer,
+    # before the latency round, since twice its bytes fit
+    "0.2 ms, 3 ms start-up": (dict(latency_s=0.0002, stream_bytes_per_s=2e9, startup_s=0.003), (slice(0, 32),),
+                              CostModel(), None, float("inf"),
+                              ["run stream", "regrow stream", "run latency", "run streams"]),
+}
+
+
+@pytest.mark.parametrize("link", list(TYPICAL_LINKS))
+def test_rounds_run_in_order_as_their_rules_decide(link, monkeypatch):
+    """The tuner's steps on typical links, on a simulated clock: each round runs, is passed
+    over or stops the probe as its row of ROUND_RULES says, in the probe's order."""
+    link_kwargs, box, configured, header_s, budget_fraction, steps = TYPICAL_LINKS[link]
+    layout = cube_blob(64)[0]
+    transport = SimulatedLink(layout.data_bytes, **link_kwargs)
+    transport.install(monkeypatch)
+    monkeypatch.setattr(autotune, "LinkProber", StepLog)
+    monkeypatch.setattr(StepLog, "steps", [])
+    header = None if header_s is None else HeaderTiming(header_s, 0.0)
+    tuning, probe = tune_read(transport, layout, normalize(box, layout.shape), configured, header=header,
+                              budget_fraction=budget_fraction)
+    assert StepLog.steps == steps
+    assert probe.measured == tuple(s.removeprefix("run ") for s in steps if s.startswith("run "))
+    assert tuning.reason.startswith("probe:") and tuning.cost == cost_from_probe(probe, threads_max=THREADS_MAX)

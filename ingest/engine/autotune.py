@@ -2,21 +2,30 @@
 the plan the cost model predicts fastest. Used by the driver (rank 0, once per job), `plan
 --probe` and the benchmarks.
 
-The probe runs round by round (ingest.engine.probe), and a round runs only while the probe's time so
-far plus the round's own cost stays within PROBE_BUDGET_FRACTION of the read's predicted time,
-predicted with everything measured so far. Before the first round the model is the configured
-one with the latency and client CPU the header request showed, which cost nothing: on a 100 ms
-link that alone shows that a small box cannot repay a probe, and on a fast link the first
-round's bandwidth shows how short the read will be (and, when the link is faster than the
-configured model, that a longer stream read still fits: a read cut to under a millisecond
-under-measures a stream). The exceptions to the budget: a round runs whenever the choice hangs
-on what it would measure by more than the round costs - the latency round when the plan chosen
-leans on overlap nobody measured (overlap_at_stake_s), the streams round when streams adding up
-would make another plan faster (streams_at_stake_s).
+Before any round the model is the configured one with the latency and client CPU the header
+request showed, which cost nothing: on a 100 ms link that alone shows that a small box cannot
+repay a probe. The probe's rounds (ingest.engine.probe: stream, latency, streams) then run in
+that order, each decided by its row of ROUND_RULES, one _TuningSession method per step:
+
+- a round runs when the probe's time so far plus the round's own cost stays within
+  `budget_fraction` of the read's time, predicted with everything measured so far (`fits`);
+- past the budget, a round still runs when the choice hangs on what it would measure by more
+  than it costs (`repays_past_budget`): the plan's overlap at stake pays for the rounds up to
+  the latency round (overlap_at_stake_s), streams adding up for the streams round
+  (streams_at_stake_s);
+- a round that neither fits nor repays stops the probe, except the latency round, which is
+  passed over: the streams round does not need its figures;
+- after a round the plan is chosen again (`retune`) and the rounds passed over are weighed
+  again, since the plan they were weighed for may have changed;
+- after the stream round, its read is taken again, longer, when the link proved faster than
+  the budget sized it for (`regrow_stream`): a read cut to under a millisecond under-measures
+  a stream.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
+from typing import NamedTuple
 
 from ingest.core.layout import Layout
 from ingest.formats.reader import HeaderTiming
@@ -98,6 +107,129 @@ def streams_at_stake_s(tuning: Tuning, cost: CostModel, in_flight_max: int, layo
     return regret_s(tuning, cost, adding, layout, sel, tune)
 
 
+class RoundRule(NamedTuple):
+    """How the tuner decides one of the probe's rounds."""
+
+    name: str  # the round (ingest.core.linkprobe.ROUNDS, in the order they run)
+    past_budget: str  # what still pays for the round when the budget has no room for it
+    if_not_worth: str  # "stop" the probe, or "pass over" the round (the later ones may still run)
+    then: str  # what follows the round once it ran, beyond choosing the plan again
+
+
+ROUND_RULES = (
+    # Every plan is priced with one stream's bandwidth, which only this round measures: without
+    # it no later round's figures can be used. The overlap at stake pays for it because the
+    # latency round comes after it.
+    RoundRule("stream", past_budget="overlap at stake", if_not_worth="stop", then="regrow stream"),
+    # The streams round does not need this round's figures, so it may still be worth its time.
+    RoundRule("latency", past_budget="overlap at stake", if_not_worth="pass over", then=""),
+    RoundRule("streams", past_budget="streams at stake", if_not_worth="stop", then=""),
+)
+_RULE_OF = {rule.name: rule for rule in ROUND_RULES}
+
+
+class _TuningSession:
+    """One read's tuning while the probe's rounds run: the cost model so far, the plan it
+    chooses (`tuning`), and the prober whose next round each step decides."""
+
+    def __init__(self, layout: Layout, sel: Selection, cost: CostModel, model: str, *, chunk_bytes: int | None,
+                 threads: int | None, gap_bytes: int | None, ranks_sharing: int, budget_fraction: float,
+                 in_flight_max: int, depth_on_evidence: bool):
+        self.layout, self.sel = layout, sel
+        self.chunk_bytes, self.threads, self.gap_bytes = chunk_bytes, threads, gap_bytes
+        self.ranks_sharing = ranks_sharing
+        self.budget_fraction = budget_fraction
+        self.in_flight_max = in_flight_max
+        self.depth_on_evidence = depth_on_evidence
+        self.model = model  # where the configured (or header-hinted) cost came from
+        self.cost = cost
+        self.tuning = self.tune(cost, model)
+        self.prober: LinkProber | None = None
+
+    def tune(self, cost: CostModel, model: str, measured=()) -> Tuning:
+        """The plan `cost` predicts fastest, `measured` the rounds behind it. Deeper than
+        THREADS_MAX in flight only on evidence (unless the caller set the limit): the latency
+        round saw overlap reach its wave. An assumed overlap at 64 is an extrapolation."""
+        depth = self.in_flight_max
+        if self.depth_on_evidence and not ("latency" in measured and cost.latency_concurrency is None):
+            depth = min(depth, THREADS_MAX)
+        return choose(cost, self.layout, self.sel, chunk_bytes=self.chunk_bytes, threads=self.threads,
+                      gap_bytes=self.gap_bytes, model=model, threads_max=depth)
+
+    def tune_now(self, cost: CostModel) -> Tuning:
+        """As `tune`, with the rounds run so far: how the stakes weigh another link."""
+        return self.tune(cost, self.model, tuple(self.prober.measured))
+
+    def budget_left_s(self) -> float:
+        return self.budget_fraction * self.tuning.predicted_s - self.prober.spent_s
+
+    # -- the steps -------------------------------------------------------------------------------
+    def probe(self, prober: LinkProber) -> tuple[Tuning, LinkProbe | None]:
+        """Decide and run the rounds in order; the plan, and the probe (None: no round ran)."""
+        self.prober = prober
+        while prober.next_round and self.step(_RULE_OF[prober.next_round]):
+            pass
+        return self.tuning, (prober.result() if prober.measured else None)
+
+    def step(self, rule: RoundRule) -> bool:
+        """Run the next round, or pass over it; False when the probe stops here."""
+        if self.fits() or self.repays_past_budget(rule):
+            self.run_round(rule)
+        elif rule.if_not_worth == "pass over":
+            self.prober.skip_round()
+        else:
+            return False
+        return True
+
+    def fits(self) -> bool:
+        """Does the next round fit in the budget left? Before the first read, the chunk-sized
+        reads shrink to what is left (see LinkProber.fit_large_bytes)."""
+        left_s = self.budget_left_s()
+        self.prober.fit_large_bytes(left_s, self.cost.latency_s, self.cost.stream_bytes_per_s)
+        round_s = self.prober.next_round_s(self.cost.latency_s, self.cost.stream_bytes_per_s)
+        return not round_s > left_s  # (an infinite fraction of a read predicted at 0 s is no limit)
+
+    def repays_past_budget(self, rule: RoundRule) -> bool:
+        """Does what the rule puts at stake exceed what the round costs?"""
+        return {"overlap at stake": self.overlap_repays, "streams at stake": self.streams_repay}[rule.past_budget]()
+
+    def overlap_repays(self) -> bool:
+        """Does the plan lean on unmeasured overlap by more than the rounds up to the latency
+        round cost? They are priced as the stake is, with latencies that do not overlap: the
+        latency round's waves then take a latency per request (the case in which it is worth
+        running)."""
+        at_stake_s = overlap_at_stake_s(self.tuning, self.cost, self.layout, self.sel, self.tune_now)
+        return at_stake_s > self.prober.until_s("latency", self.cost.latency_s, self.cost.stream_bytes_per_s,
+                                                overlap=1.0)
+
+    def streams_repay(self) -> bool:
+        """Would streams adding up make another plan faster by more than the streams round costs?"""
+        at_stake_s = streams_at_stake_s(self.tuning, self.cost, self.in_flight_max, self.layout, self.sel,
+                                        self.tune_now)
+        return at_stake_s > self.prober.next_round_s(self.cost.latency_s, self.cost.stream_bytes_per_s)
+
+    def run_round(self, rule: RoundRule) -> None:
+        self.prober.run_round()
+        self.prober.skipped.clear()  # the plan may have changed: a round passed over may repay itself now
+        self.retune()
+        if rule.then == "regrow stream":
+            self.regrow_stream()
+
+    def regrow_stream(self) -> None:
+        """Read one stream again, longer, in the room the budget leaves beside the latency round
+        (LinkProber.grow_stream: only when at least twice the bytes fit), and retune on it."""
+        room_s = self.budget_left_s() - self.prober.until_s("latency", self.cost.latency_s,
+                                                            self.cost.stream_bytes_per_s)
+        if self.prober.grow_stream(room_s, self.cost.latency_s, self.cost.stream_bytes_per_s, PROBE_READ_MAX_BYTES):
+            self.retune()
+
+    def retune(self) -> None:
+        """The cost model the probe so far gives, and the plan it chooses."""
+        link = self.prober.result()
+        self.cost = cost_from_probe(link, threads_max=self.in_flight_max, ranks_sharing=self.ranks_sharing)
+        self.tuning = self.tune(self.cost, describe_probe(link, self.cost, self.ranks_sharing), link.measured)
+
+
 def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: CostModel, *,
               probe: bool = True, chunk_bytes: int | None = None, threads: int | None = None,
               gap_bytes: int | None = None, ranks_sharing: int = 1, header: HeaderTiming | None = None,
@@ -106,69 +238,19 @@ def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: Co
     """(the chosen plan's settings, the probe or None when no round repaid itself). `sel` is the
     (largest) box to read; `header` how the header request went; `in_flight_max` the most
     requests to keep in flight (default: what the transport's engine affords)."""
-    needed = layout.itemsize
-    for n in sel.counts:
-        needed *= n
+    needed_bytes = math.prod(sel.counts, start=layout.itemsize)
     cost = hinted_cost(fallback, header)
     hinted = cost is not fallback  # the header's figures are measurements; the configured ones are not
     how = "as the header request took" if hinted else "configured"
     model = (f"configured cost model ({cost.latency_s * 1e3:.3g} ms per request, {how}; "
              f"{cost.bandwidth_bytes_per_s / 1e6:g} MB/s)")
-
-    # Deeper than THREADS_MAX in flight only on evidence (unless the caller set the limit): the
-    # latency round saw overlap reach its wave. An assumed overlap at 64 is an extrapolation.
-    depth_on_evidence = in_flight_max is None
-    in_flight_max = in_flight_max or in_flight_limit(transport)
-
-    def tune(cost: CostModel, model: str, measured: tuple[str, ...] = ()) -> Tuning:
-        depth = in_flight_max
-        if depth_on_evidence and not ("latency" in measured and cost.latency_concurrency is None):
-            depth = min(depth, THREADS_MAX)
-        return choose(cost, layout, sel, chunk_bytes=chunk_bytes, threads=threads, gap_bytes=gap_bytes, model=model,
-                      threads_max=depth)
-
-    tuning = tune(cost, model)
+    session = _TuningSession(layout, sel, cost, model, chunk_bytes=chunk_bytes, threads=threads, gap_bytes=gap_bytes,
+                             ranks_sharing=ranks_sharing, budget_fraction=budget_fraction,
+                             in_flight_max=in_flight_max or in_flight_limit(transport),
+                             depth_on_evidence=in_flight_max is None)
     if not probe:
-        return tuning, None
+        return session.tuning, None
     span_offset, span_bytes = data_span(layout)
-    prober = LinkProber(transport, span_offset, span_bytes, large_bytes=probe_read_bytes(needed),
-                        latency_s=cost.latency_s if hinted else None,
-                        cpu_per_request_s=cost.cpu_per_request_s)
-
-    def past_budget_repays() -> bool:
-        """Past the budget, a round still runs when the choice hangs on what it would measure by
-        more than it costs: the rounds up to the latency round when the plan leans on unmeasured
-        overlap; the streams round when streams adding up would make another plan faster."""
-        if prober.next_round != "streams":
-            # Priced as the stake is, with latencies that do not overlap: the round's own waves
-            # then take a latency per request (the case in which the round is worth running).
-            return (overlap_at_stake_s(tuning, cost, layout, sel, lambda c: tune(c, model))
-                    > prober.until_s("latency", cost.latency_s, cost.stream_bytes_per_s, overlap=1.0))
-        return (streams_at_stake_s(tuning, cost, in_flight_max, layout, sel,
-                                   lambda c: tune(c, model, tuple(prober.measured)))
-                > prober.next_round_s(cost.latency_s, cost.stream_bytes_per_s))
-
-    def retune() -> tuple[CostModel, Tuning]:
-        link = prober.result()
-        probed = cost_from_probe(link, threads_max=in_flight_max, ranks_sharing=ranks_sharing)
-        return probed, tune(probed, describe_probe(link, probed, ranks_sharing), link.measured)
-
-    def budget_left_s() -> float:
-        return budget_fraction * tuning.predicted_s - prober.spent_s
-
-    while prober.next_round:
-        left_s = budget_left_s()
-        prober.fit_large_bytes(left_s, cost.latency_s, cost.stream_bytes_per_s)
-        if prober.next_round_s(cost.latency_s, cost.stream_bytes_per_s) > left_s and not past_budget_repays():
-            if prober.next_round != "latency":  # the streams round needs the stream round's figure
-                break
-            prober.skip_round()  # the streams round may still be worth its time
-            continue
-        prober.run_round()
-        prober.skipped.clear()  # the plan may have changed: a round passed over may repay itself now
-        cost, tuning = retune()
-        if prober.measured[-1] == "stream":  # a longer read, if the link proved faster than assumed
-            room_s = budget_left_s() - prober.until_s("latency", cost.latency_s, cost.stream_bytes_per_s)
-            if prober.grow_stream(room_s, cost.latency_s, cost.stream_bytes_per_s, PROBE_READ_MAX_BYTES):
-                cost, tuning = retune()
-    return tuning, (prober.result() if prober.measured else None)
+    prober = LinkProber(transport, span_offset, span_bytes, large_bytes=probe_read_bytes(needed_bytes),
+                        latency_s=cost.latency_s if hinted else None, cpu_per_request_s=cost.cpu_per_request_s)
+    return session.probe(prober)
