@@ -13,6 +13,7 @@ import pytest
 from ingest.errors import IngestError
 from ingest.testbed.localserver import LocalS3Server
 from ingest.testbed.toxiproxy import SERVER_NAME, ToxiproxyServer, find_tool
+from tests.mpitools import PROXY_VARS
 
 # Variables that would steer boto3 away from the test server: a service-specific endpoint
 # beats AWS_ENDPOINT_URL, a profile or session token adds credentials versitygw rejects.
@@ -62,6 +63,9 @@ def s3_env(monkeypatch, tmp_path, s3_server):
     """Point boto3's standard chain (this process and its children) at s3_server; returns the vars."""
     for name in _AWS_VARS_TO_CLEAR:
         monkeypatch.delenv(name, raising=False)
+    for name in PROXY_VARS:  # loopback traffic never goes through a developer's proxy
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
     # Keep a developer's ~/.aws/config (addressing style, endpoint, profile) out of the tests.
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))

@@ -31,10 +31,16 @@ def upload_fits_cube(s3_server, directory, bucket, shape, bitpix=16) -> dict:
     return {"path": str(path), "s3": f"s3://{bucket}/survey/cube.fits", "data": data}
 
 
+# The transports honour a user's proxy (ingest.transports.environment): a developer's proxy
+# without 127.0.0.1 in no_proxy must not carry the tests' loopback traffic.
+PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
+
+
 def child_env(s3_server=None, **extra) -> dict:
     """This environment minus AWS/MPI/SLURM variables that would steer the child, plus the test
     server's AWS_* variables, what root needs for mpiexec, and PYTHONPATH to this checkout."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "OMPI_", "PMIX_", "SLURM_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AWS_", "OMPI_", "PMIX_", "SLURM_")) and k.lower() not in PROXY_VARS}
     if s3_server is not None:
         env.update(s3_server.env())
     env.update(PYTHONPATH=ROOT, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")

@@ -24,8 +24,9 @@ _RANGE = re.compile(r"bytes=(\d+)-(\d+)")
 HOST = "127.0.0.1"
 
 
-def make_ca_and_cert(directory) -> dict[str, str]:
-    """Write ca.pem, server.pem, server.key into `directory`; return their paths by name."""
+def make_ca_and_cert(directory, dns_names=()) -> dict[str, str]:
+    """Write ca.pem, server.pem, server.key into `directory`; return their paths by name. The
+    certificate names 127.0.0.1, localhost and `dns_names` (virtual-host buckets)."""
     directory = os.fspath(directory)
     paths = {name: os.path.join(directory, f"{name}.pem" if name != "key" else "server.key")
              for name in ("ca", "server", "key")}
@@ -34,11 +35,11 @@ def make_ca_and_cert(directory) -> dict[str, str]:
     except ImportError:
         _make_with_openssl(directory, paths)
     else:
-        _make_with_cryptography(paths)
+        _make_with_cryptography(paths, dns_names)
     return paths
 
 
-def _make_with_cryptography(paths: dict[str, str]) -> None:
+def _make_with_cryptography(paths: dict[str, str], dns_names=()) -> None:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -66,7 +67,8 @@ def _make_with_cryptography(paths: dict[str, str]) -> None:
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, HOST)]))
         .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
         .not_valid_before(valid["not_valid_before"]).not_valid_after(valid["not_valid_after"])
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(HOST))]), critical=False)
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(HOST)), x509.DNSName("localhost"),
+                                                    *(x509.DNSName(name) for name in dns_names)]), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)

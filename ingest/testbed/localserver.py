@@ -59,15 +59,21 @@ def _tail(log_file, n_chars: int = 2000) -> str:
     return log_file.read().decode("utf-8", "replace").strip() or "(no output)"
 
 
-def _cleanup(proc, log_file, root_to_remove):
-    """Stop the process and delete what start() created; safe to call twice (also run at exit)."""
+def stop_process(proc: subprocess.Popen | None, grace_s: float = 5.0) -> None:
+    """Stop a server this module (or a test bed beside it) started: SIGTERM, then SIGKILL after
+    `grace_s`; safe on a process already gone."""
     if proc is not None and proc.poll() is None:
         proc.terminate()
         try:
-            proc.wait(timeout=5)
+            proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def _cleanup(proc, log_file, root_to_remove):
+    """Stop the process and delete what start() created; safe to call twice (also run at exit)."""
+    stop_process(proc)
     if log_file is not None and not log_file.closed:
         log_file.close()
     if root_to_remove:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ingest.errors import ConfigError
 from ingest.transports.base import MemoryTransport, ObjectInfo, Transport
+from ingest.transports.environment import describe_environment, effective_options
 from ingest.transports.http import HttpTransport
 from ingest.transports.posix import PosixTransport
 from ingest.transports.s3 import S3Transport
@@ -70,8 +71,12 @@ def open_transport(source: str, method: str = "auto", *, threads: int = 1, engin
             f"method: {method!r} cannot read {source if natural != 'presigned' else 'an http(s) URL'} "
             f"(that needs {natural!r}; for an s3:// source the driver presigns it for 'presigned')"
         )
+    if method != "posix":
+        # Once per open, for every engine alike: what the user's environment says (AWS_CA_BUNDLE,
+        # profiles, AWS_ENDPOINT_URL*, proxies), under the explicit options.
+        options, _provenance = effective_options(options)
     return (native_transport(method, engine) or cls)(source, threads=threads, **options)
 
 
 __all__ = ["MemoryTransport", "ObjectInfo", "Transport", "TRANSPORTS", "ENGINES", "open_transport", "method_for",
-           "engine_name", "native_transport", "resolved_engine"]
+           "engine_name", "native_transport", "resolved_engine", "describe_environment"]

@@ -7,6 +7,7 @@ Content-Range checked, a 200 refused without streaming it, If-Match pinning, ret
 reported with the bytes that did arrive (so the executor resumes them), expired URLs re-signed,
 the URL redacted everywhere. For the S3 method it reads through a URL it presigns itself with
 boto3's standard credential chain (SigV4 query signing, once per hour, not once per request).
+Endpoint, addressing style, CA and proxy are ingest.transports.environment's, as for every engine.
 
 Each body is written by libcurl's write callback straight into its place in the destination
 (the output array or a mapped window of the staged file); the one copy beyond the kernel's is
@@ -24,6 +25,7 @@ from ingest.errors import RangeNotSupportedError, RetryableError, TransportError
 from ingest.transports.presign import parse_s3_uri, presign_url
 from ingest.redact import scrub
 from ingest.transports.base import BULK_READ_BYTES, ObjectInfo, Session
+from ingest.transports.environment import Environment, resolve
 from ingest.transports.http import HttpTransport
 from ingest.transports.httpbody import check_content_range, range_header
 
@@ -129,13 +131,16 @@ class CurlTransport(HttpTransport):
 
     def __init__(self, source: str, *, threads: int = 1, connect_timeout_s: float = 10.0,
                  read_timeout_s: float = 60.0, verify_tls: bool = True, ca_bundle: str | None = None,
-                 refresh_url=None, **_ignored):
+                 refresh_url=None, environment: Environment | None = None, **_ignored):
         problem = native_engine_error()
         if problem:
             raise TransportError(f"engine: the native engine cannot run: {problem}")
-        # The parent's urllib3 pool carries the bulk reads (see read_into), one connection a thread.
+        # The parent's urllib3 pool carries the bulk reads (see read_into), one connection a thread;
+        # it resolves the environment (CA, proxy) that both pools then share.
         super().__init__(source, threads=threads, connect_timeout_s=connect_timeout_s, read_timeout_s=read_timeout_s,
-                         verify_tls=verify_tls, ca_bundle=ca_bundle, refresh_url=refresh_url)
+                         verify_tls=verify_tls, ca_bundle=ca_bundle, refresh_url=refresh_url,
+                         environment=environment)
+        verify_tls, ca_bundle = self.environment.tls_for(source)
         self.threads = threads
         # The read timeout is the session's (no bytes for this long): libcurl's own low-speed
         # check averages over seconds and lets a stall in mid-body go by.
@@ -153,6 +158,10 @@ class CurlTransport(HttpTransport):
         ca_file = ca_bundle or (_default_ca_file() if verify_tls else None)
         if ca_file:
             self._options.append((pycurl.CAINFO, ca_file))
+        # Always set: libcurl would otherwise read the proxy variables itself, and "" is libcurl's
+        # "no proxy, whatever the environment says" (no_proxy matched, or none configured), so the
+        # decision is the one the urllib3 pool and boto3 were given.
+        self._options.append((pycurl.PROXY, self.environment.proxy_for(source) or ""))
         self._local = threading.local()  # read_into: one easy handle (and connection) per thread
         self._handles: list = []
         self._sessions: list = []
@@ -217,8 +226,7 @@ class CurlTransport(HttpTransport):
         message = scrub(message)
         where = f"{self.display_name}: request for bytes at {transfer.offset}"
         if errno in _TLS:
-            return TransportError(f"{self.display_name}: TLS failed: {message} "
-                                  "(check --ca-bundle; --no-verify-tls only for test servers)")
+            return TransportError(f"{self.display_name}: TLS failed: {message} ({self.environment.tls_hint()})")
         kind = ("timeout" if errno in _TIMEOUT else "reset" if errno in _RESET
                 else "truncated" if errno in _TRUNCATED else "connect" if errno in _CONNECT else None)
         if kind is None:
@@ -410,20 +418,23 @@ class CurlS3Transport(CurlTransport):
     name = "s3"
 
     def __init__(self, source: str, *, threads: int = 1, client=None, endpoint_url: str | None = None,
-                 verify_tls: bool = True, ca_bundle: str | None = None, **options):
+                 verify_tls: bool = True, ca_bundle: str | None = None, environment: Environment | None = None,
+                 **options):
         bucket, key = parse_s3_uri(source)
+        # One resolution for the signer and the reads: the URL is signed for the endpoint and
+        # addressing style the environment names, and fetched with its CA and proxy.
+        environment = environment or resolve({"endpoint_url": endpoint_url, "verify_tls": verify_tls,
+                                              "ca_bundle": ca_bundle})
         if client is None:
             from ingest.transports.s3client import shared_s3_client
 
-            client = shared_s3_client(verify=(ca_bundle or True) if verify_tls else False,
-                                      **({"endpoint_url": endpoint_url} if endpoint_url else {}))
+            client = shared_s3_client(environment=environment)
 
         def sign() -> str:
             return presign_url(bucket, key, SELF_SIGNED_EXPIRES_S, client=client)
 
         self.s3_uri = source  # before anything can name the object in a message
-        super().__init__(sign(), threads=threads, verify_tls=verify_tls, ca_bundle=ca_bundle, refresh_url=sign,
-                         **options)
+        super().__init__(sign(), threads=threads, refresh_url=sign, environment=environment, **options)
 
     @property
     def display_name(self) -> str:

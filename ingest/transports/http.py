@@ -1,4 +1,5 @@
-"""Presigned URLs: HTTP Range GETs with urllib3, one pooled connection per thread."""
+"""Presigned URLs: HTTP Range GETs with urllib3, one pooled connection per thread; CA and proxy from
+ingest.transports.environment."""
 from __future__ import annotations
 
 import threading
@@ -11,6 +12,7 @@ from ingest.errors import ExpiredURLError, ObjectChangedError, RangeNotSupported
 from ingest.transports.presign import url_expiry
 from ingest.redact import redact_url, scrub
 from ingest.transports.base import ObjectInfo, Transport
+from ingest.transports.environment import Environment, resolve
 from ingest.transports.httpbody import (
     RETRYABLE_STATUS,
     check_content_range,
@@ -40,16 +42,20 @@ class HttpTransport(Transport):
         verify_tls: bool = True,
         ca_bundle: str | None = None,
         refresh_url=None,
+        environment: Environment | None = None,
         **_ignored,
     ):
         super().__init__(source, threads=threads)
         self._shown: tuple[str | None, str] = (None, "")  # (source, its redacted form)
-        tls = {"cert_reqs": "CERT_REQUIRED" if verify_tls else "CERT_NONE"}
-        if ca_bundle:
-            tls["ca_certs"] = ca_bundle
-        # One connection per worker thread; block=True makes a thread wait rather than open
-        # (and then throw away) an extra connection.
-        self._pool = urllib3.PoolManager(
+        # open_transport passes the resolved environment; a transport made directly resolves its own.
+        self.environment = environment or resolve({"verify_tls": verify_tls, "ca_bundle": ca_bundle})
+        verify, ca_file = self.environment.tls_for(source)
+        tls = {"cert_reqs": "CERT_REQUIRED" if verify else "CERT_NONE"}
+        if ca_file:
+            tls["ca_certs"] = ca_file
+        pool = dict(
+            # One connection per worker thread; block=True makes a thread wait rather than open
+            # (and then throw away) an extra connection.
             num_pools=2,
             maxsize=max(1, threads),
             block=True,
@@ -57,6 +63,10 @@ class HttpTransport(Transport):
             timeout=urllib3.Timeout(connect=connect_timeout_s, read=read_timeout_s),
             **tls,
         )
+        # urllib3 never reads proxy variables itself: the resolved proxy (or none, when no_proxy
+        # matches) is the one libcurl and boto3 are given too. A re-signed URL keeps the host.
+        proxy = self.environment.proxy_for(source)
+        self._pool = urllib3.ProxyManager(proxy, **pool) if proxy else urllib3.PoolManager(**pool)
         self._refresh_url = refresh_url
         self._refresh_lock = threading.Lock()
 
@@ -78,7 +88,7 @@ class HttpTransport(Transport):
                                       decode_content=False, redirect=False)
         except urllib3.exceptions.SSLError as exc:
             raise TransportError(f"{self.display_name}: TLS failed: {scrub(str(exc.__context__ or exc))} "
-                                 "(check --ca-bundle; --no-verify-tls only for test servers)") from None
+                                 f"({self.environment.tls_hint()})") from None
         except (urllib3.exceptions.LocationValueError, ValueError):
             raise TransportError(f"{self.display_name}: not a usable URL") from None
         except urllib3.exceptions.HTTPError as exc:

@@ -1,4 +1,5 @@
-"""The S3 API: boto3 `get_object` with a Range, endpoint and keys from boto3's own chain."""
+"""The S3 API: boto3 `get_object` with a Range; endpoint, TLS and proxy from ingest.transports.environment,
+keys from boto3's own chain."""
 from __future__ import annotations
 
 import time
@@ -6,6 +7,7 @@ import time
 from ingest.errors import ObjectChangedError, RangeNotSupportedError, RetryableError, TransportError
 from ingest.transports.presign import parse_s3_uri
 from ingest.transports.base import ObjectInfo, Transport
+from ingest.transports.environment import Environment, resolve
 from ingest.transports.httpbody import RETRYABLE_STATUS, check_content_range, range_header, read_body_into
 
 _RETRYABLE_CODES = {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "Throttling"}
@@ -28,21 +30,26 @@ class S3Transport(Transport):
         read_timeout_s: float = 60.0,
         verify_tls: bool = True,
         ca_bundle: str | None = None,
+        environment: Environment | None = None,
         **_ignored,
     ):
         super().__init__(source, threads=threads)
         self.bucket, self.key = parse_s3_uri(source)
+        # open_transport passes the resolved environment; a transport made directly resolves its own.
+        self.environment = environment or resolve({"endpoint_url": endpoint_url, "verify_tls": verify_tls,
+                                                   "ca_bundle": ca_bundle})
         if client is None:
             from ingest.transports.s3client import shared_s3_client
 
             client = shared_s3_client(
                 max_pool_connections=max(10, threads),
+                environment=self.environment,
                 connect_timeout=connect_timeout_s,
                 read_timeout=read_timeout_s,
-                # one attempt per call: ingest.transports.retry owns retrying, so every retry is counted
+                # One attempt per call: ingest.transports.retry owns retrying, so every retry is
+                # counted and resumes; AWS_MAX_ATTEMPTS is offered to ingest's own retry setting
+                # instead (environment.max_attempts), never multiplied with it.
                 retries={"total_max_attempts": 1},
-                verify=(ca_bundle or True) if verify_tls else False,
-                **({"endpoint_url": endpoint_url} if endpoint_url else {}),
             )
         self._client = client
 
@@ -64,7 +71,7 @@ class S3Transport(Transport):
                                          "than mixing versions") from None
             raise TransportError(text) from None
         except SSLError as exc:
-            raise TransportError(f"{self.source}: TLS failed: {exc}") from None
+            raise TransportError(f"{self.source}: TLS failed: {exc} ({self.environment.tls_hint()})") from None
         except (BotoConnectionError, HTTPClientError) as exc:
             kind = "timeout" if "Timeout" in type(exc).__name__ else "connect"
             raise RetryableError(f"{self.source}: {what} failed: {type(exc).__name__}", kind=kind) from exc
