@@ -1,0 +1,247 @@
+"""An emulated cluster on one machine: M nodes, an object store and a shared filesystem, each
+in its own network namespace, joined by a bridge in a hub namespace.
+
+    hub (bridge 10.23.0.1, runs mpiexec)
+     |-- store 10.23.0.2: versitygw <- Toxiproxy (latency) <- HTB egress cap (shared by all)
+     |-- fs    10.23.0.3: sshd      <- Toxiproxy (latency) <- HTB cap, both directions
+     |-- node i 10.23.0.(10+i): HTB cap on store/fs traffic, both directions (its NIC);
+                                its own sshfs mount of the fs; its Open MPI daemon and ranks
+
+MPI traffic (between nodes, and to mpiexec) goes through the uncapped class: the filters
+select the store's and the filesystem's addresses only. Open MPI starts its daemons through
+a launcher agent (`--mca plm_rsh_agent`) that runs `ip netns exec NODE` instead of ssh, in
+a UTS namespace whose hostname is the node's name, so the driver's per-rank `host` (and
+MPI_Get_processor_name, which ranks_per_node counts) name the node; the agent also binds
+the node's sshfs mount to `shared_dir`, one path for every node as on a real cluster.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+
+from ingest.errors import IngestError
+from ingest.testbed.cluster import netns
+from ingest.testbed.cluster.netns import ClusterUnavailable
+from ingest.testbed.cluster.services import SSHD, SharedFs, Store
+from ingest.testbed.cluster.spec import ClusterSpec
+from ingest.testbed.localserver import find_tool
+
+SUBNET = "10.23.0.0/24"  # private to the hub's bridge: no route leaves the namespaces
+HUB_IP, STORE_IP, FS_IP = "10.23.0.1", "10.23.0.2", "10.23.0.3"
+PREFIX = "ing"  # namespaces are ing<pid>-<n>-<role>: `down` can tell a dead owner's leftovers
+_counter = itertools.count()
+
+# Open MPI calls AGENT HOST COMMAND... as it would call ssh; the command is one shell string.
+# hostname inside `unshare --uts`: the node's own name for gethostname() and MPI.
+_AGENT = """#!/bin/sh
+# Open MPI's rsh launcher for the emulated cluster (made by ingest.testbed.cluster; see there).
+node=$1; shift
+exec ip netns exec "$node" unshare --uts sh -c \\
+  'hostname "$0" && mount --bind "{run_dir}/mnt/$0" "{shared_dir}" && exec sh -c "$1"' "$node" "$*"
+"""
+
+
+def missing_tools() -> list[str]:
+    """Programs the cluster needs that are not installed (scripts/setup.sh installs them)."""
+    missing = []
+    for tool in ("versitygw", "toxiproxy-server", "sshfs", "mpiexec", "ssh-keygen", "unshare"):
+        try:
+            find_tool(tool)
+        except IngestError:
+            missing.append(tool)
+    if not os.access(SSHD, os.X_OK):
+        missing.append(SSHD)
+    if not os.path.exists("/dev/fuse"):
+        missing.append("/dev/fuse")
+    return missing
+
+
+def unavailable_reason() -> str | None:
+    """One line saying why a cluster cannot be built here, or None when it can."""
+    problem = netns.namespace_problem()
+    missing = missing_tools()
+    parts = [problem] if problem else []
+    if missing:
+        parts.append(f"missing {', '.join(missing)} (run scripts/setup.sh)")
+    # One line whatever the tools printed: it is a skip reason and a one-line CLI error.
+    return " ".join(("cannot build the emulated cluster: " + "; ".join(parts)).split()) if parts else None
+
+
+class Cluster:
+    """`with Cluster(spec) as c: c.mpiexec(["run", "--source", url])`: build on enter, tear down
+    on exit (success, failure or Ctrl-C). Attributes: nodes (namespace names, also the ranks'
+    hostnames), shared_dir (the shared filesystem, same path on every node), run_dir (hostfile,
+    launcher agent, server logs; kept after teardown when keep_dir), build_s and teardown_s."""
+
+    def __init__(self, spec: ClusterSpec, keep_dir: bool = False):
+        self.spec = spec
+        self.prefix = f"{PREFIX}{os.getpid()}-{next(_counter)}"
+        self.hub = f"{self.prefix}-hub"
+        self.store_ns, self.fs_ns = f"{self.prefix}-store", f"{self.prefix}-fs"
+        self.nodes = [f"{self.prefix}-n{i}" for i in range(spec.nodes)]
+        self.run_dir = ""
+        self.shared_dir = ""
+        self.keep_dir = keep_dir
+        self._parts: _Parts | None = None
+        self._finalizer = None
+        self.build_s = self.teardown_s = None
+
+    @property
+    def store(self) -> Store | None:
+        """The object store's servers (None before start)."""
+        return self._parts.store if self._parts else None
+
+    @property
+    def fs(self) -> SharedFs | None:
+        """The shared filesystem's server and mounts (None before start)."""
+        return self._parts.fs if self._parts else None
+
+    # -- build and teardown ------------------------------------------------------------------
+    def start(self) -> "Cluster":
+        """Build everything; on any failure (or Ctrl-C) tear down what was built, then raise."""
+        if self._parts is not None:
+            raise IngestError(f"cluster {self.prefix}: already started (a Cluster is built once)")
+        reason = unavailable_reason()
+        if reason:
+            raise ClusterUnavailable(reason)
+        t0 = time.monotonic()
+        self.run_dir = tempfile.mkdtemp(prefix=f"{self.prefix}-")
+        self.shared_dir = os.path.join(self.run_dir, "shared")
+        self._parts = _Parts(self.run_dir, self.keep_dir)
+        # Also at interpreter exit or garbage collection: a forgotten cluster must not outlive us.
+        self._finalizer = weakref.finalize(self, self._parts.teardown)
+        try:
+            self._build()
+        except BaseException:
+            self.stop()
+            raise
+        self.build_s = time.monotonic() - t0
+        return self
+
+    def _build(self) -> None:
+        spec = self.spec
+        for ns in [self.hub, self.store_ns, self.fs_ns, *self.nodes]:
+            self._parts.namespaces.append(ns)  # before: a half-made namespace is deleted too
+            netns.add_namespace(ns)
+        netns.sh("ip", "-n", self.hub, "link", "add", "br0", "type", "bridge")
+        netns.sh("ip", "-n", self.hub, "addr", "add", f"{HUB_IP}/24", "dev", "br0")
+        netns.sh("ip", "-n", self.hub, "link", "set", "br0", "up")
+        netns.add_link(self.hub, "store", "br0", self.store_ns, f"{STORE_IP}/24")
+        netns.add_link(self.hub, "fs", "br0", self.fs_ns, f"{FS_IP}/24")
+        netns.shape(self.store_ns, "eth0", spec.store.egress_rate_bytes_per_s)  # store -> everyone
+        netns.shape(self.fs_ns, "eth0", spec.fs.rate_bytes_per_s)  # reads from the fs
+        netns.shape(self.hub, "fs", spec.fs.rate_bytes_per_s)  # writes to the fs (staging)
+        nic = spec.node.nic_rate_bytes_per_s
+        for i, node in enumerate(self.nodes):
+            netns.add_link(self.hub, f"n{i}", "br0", node, f"10.23.0.{10 + i}/24")
+            netns.shape(self.hub, f"n{i}", nic, [("src", STORE_IP), ("src", FS_IP)])  # into the node
+            netns.shape(node, "eth0", nic, [("dst", STORE_IP), ("dst", FS_IP)])  # out of the node
+        self._parts.store = Store(self.store_ns, STORE_IP, os.path.join(self.run_dir, "store"), spec.store.latency_s)
+        self.store.start()
+        self.store.make_bucket(spec.store.bucket)
+        self._parts.fs = SharedFs(self.fs_ns, FS_IP, self.run_dir, os.path.join(self.run_dir, "export"),
+                                  spec.fs.latency_s)
+        self.fs.start()
+        os.makedirs(self.shared_dir)
+        for node in self.nodes:
+            self.fs.mount(node, os.path.join(self.run_dir, "mnt", node))
+        with open(self.hostfile, "w") as fh:
+            fh.writelines(f"{node} slots={spec.ranks_per_node}\n" for node in self.nodes)
+        with open(self.agent, "w") as fh:
+            fh.write(_AGENT.format(run_dir=self.run_dir, shared_dir=self.shared_dir))
+        os.chmod(self.agent, 0o755)
+
+    def stop(self) -> None:
+        """Tear everything down: mounts, servers, every process in the namespaces, the
+        namespaces and the run directory. Safe to call twice."""
+        t0 = time.monotonic()
+        if self._finalizer is not None:
+            self._finalizer()
+        self.teardown_s = time.monotonic() - t0
+
+    def __enter__(self) -> "Cluster":
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    # -- using it ----------------------------------------------------------------------------
+    @property
+    def hostfile(self) -> str:
+        return os.path.join(self.run_dir, "hostfile")
+
+    @property
+    def agent(self) -> str:
+        return os.path.join(self.run_dir, "launch-agent.sh")
+
+    def env(self) -> dict[str, str]:
+        """Variables a rank needs: the store's AWS_* (endpoint: the store's proxy), and no
+        ~/.aws files, whose profile or addressing style would steer boto3 elsewhere."""
+        no_file = os.path.join(self.run_dir, "no-aws-config")
+        return {**self.store.env(), "AWS_CONFIG_FILE": no_file, "AWS_SHARED_CREDENTIALS_FILE": no_file}
+
+    def put_file(self, path: str, key: str) -> str:
+        """Upload a local file into the spec's bucket; returns its s3:// URL."""
+        return self.store.put_file(path, self.spec.store.bucket, key)
+
+    def mpiexec_command(self, argv: list[str], n_ranks: int | None = None) -> list[str]:
+        """The mpiexec command line (to run in the hub namespace) for argv on n_ranks ranks
+        (default: every slot), placed node by node as the hostfile's slots say."""
+        n_ranks = n_ranks or self.spec.nodes * self.spec.ranks_per_node
+        return [
+            "ip", "netns", "exec", self.hub, "mpiexec", "-n", str(n_ranks), "--hostfile", self.hostfile,
+            "--mca", "plm_rsh_agent", self.agent,
+            "--mca", "plm_rsh_no_tree_spawn", "1",  # every daemon started from the hub, one hop
+            "--mca", "oob_tcp_if_include", SUBNET, "--mca", "btl_tcp_if_include", SUBNET,
+            "--bind-to", "none", *argv,
+        ]
+
+    def mpiexec(self, args: list[str], n_ranks: int | None = None, env: dict | None = None,
+                timeout_s: float = 600.0, python_args: tuple = ("-m", "ingest")) -> subprocess.CompletedProcess:
+        """`mpiexec python -m ingest ARGS` across the nodes; output captured, timeout_s bounds it."""
+        child_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "OMPI_", "PMIX_"))}
+        child_env.update(self.env(), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        child_env.update(env or {})
+        cmd = self.mpiexec_command([sys.executable, *python_args, *map(str, args)], n_ranks)
+        return subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=timeout_s,
+                              stdin=subprocess.DEVNULL)
+
+    def link_bytes(self) -> dict[str, int]:
+        """Bytes that crossed each cap so far (tc counters): "store" (egress), "fs_read",
+        "fs_write", and each node's name (store and fs traffic into the node)."""
+        counts = {"store": netns.capped_bytes(self.store_ns, "eth0"),
+                  "fs_read": netns.capped_bytes(self.fs_ns, "eth0"), "fs_write": netns.capped_bytes(self.hub, "fs")}
+        counts.update({node: netns.capped_bytes(self.hub, f"n{i}") for i, node in enumerate(self.nodes)})
+        return counts
+
+
+class _Parts:
+    """What a cluster has built so far, i.e. what teardown undoes. Kept apart from Cluster so
+    that its finalizer holds no reference to the cluster itself."""
+
+    def __init__(self, run_dir: str, keep_dir: bool):
+        self.run_dir, self.keep_dir = run_dir, keep_dir
+        self.namespaces: list[str] = []
+        self.store: Store | None = None
+        self.fs: SharedFs | None = None
+
+    def teardown(self) -> None:
+        """Unmount first (a FUSE mount whose sshfs dies answers ENOTCONN to everyone), stop the
+        servers, kill whatever else runs in the namespaces (mpiexec, daemons, ranks), delete them."""
+        for part in (self.fs, self.store):
+            if part is not None:
+                part.stop()
+        for ns in reversed(self.namespaces):
+            netns.delete_namespace(ns)
+        self.namespaces.clear()
+        if self.run_dir and not self.keep_dir and os.path.isdir(self.run_dir):
+            with open("/proc/mounts") as fh:
+                mounted = [line.split()[1] for line in fh if line.split()[1].startswith(self.run_dir + "/")]
+            if not mounted:  # never rmtree through a mount: it would delete the files behind it
+                shutil.rmtree(self.run_dir, ignore_errors=True)

@@ -1,0 +1,177 @@
+"""Network namespaces, veth pairs and HTB pipes: the kernel pieces of the emulated cluster.
+
+Everything here runs `ip` and `tc` inside namespaces this process created (`ip -n NAME`); the
+machine's own interfaces are never touched. Kernel netem is not available on the project's
+machines, so the kernel only caps rates (HTB) and Toxiproxy adds latency in user space.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+
+from ingest.errors import IngestError
+
+CLONE_NEWNET = 0x40000000  # <sched.h>; os.setns arrives only in Python 3.12
+UNCAPPED_RATE_BIT_PER_S = 10 * 10**9  # the class MPI and control traffic go through
+HTB_QUANTUM_BYTES = 60_000  # explicit: HTB's rate/r2q default warns at rates above ~12 MB/s
+COMMAND_TIMEOUT_S = 20.0
+
+
+class ClusterUnavailable(IngestError):
+    """This machine cannot build the cluster; the message is one line naming what is missing."""
+
+
+def sh(*cmd: str, timeout_s: float = COMMAND_TIMEOUT_S) -> str:
+    """Run a command; its stdout, or IngestError with the command and its stderr."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise IngestError(f"cluster: `{' '.join(cmd)}` failed: {exc}") from exc
+    if proc.returncode != 0:
+        raise IngestError(f"cluster: `{' '.join(cmd)}` exited {proc.returncode}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def namespace_problem() -> str | None:
+    """Why network namespaces cannot be made here (one line), or None when they can."""
+    if os.geteuid() != 0:
+        return f"network namespaces need root (running as uid {os.geteuid()})"
+    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
+    if missing:
+        return f"missing {' and '.join(missing)} (Debian package iproute2)"
+    probe = f"ingprobe{os.getpid()}"
+    try:
+        sh("ip", "netns", "add", probe)
+    except IngestError as exc:
+        return f"cannot create a network namespace: {exc}"
+    try:
+        sh("ip", "-n", probe, "link", "add", "p0", "type", "veth", "peer", "name", "p1")
+        sh("tc", "-n", probe, "qdisc", "add", "dev", "p0", "root", "handle", "1:", "htb")
+    except IngestError as exc:
+        return f"veth or tc htb unavailable in a namespace: {exc}"
+    finally:
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True, timeout=COMMAND_TIMEOUT_S)
+    return None
+
+
+def list_namespaces() -> list[str]:
+    """Names of every named network namespace (`ip netns list`)."""
+    return [line.split()[0] for line in sh("ip", "netns", "list").splitlines() if line.strip()]
+
+
+def add_namespace(name: str) -> None:
+    """Create namespace `name` with its loopback up (servers inside bind 127.0.0.1)."""
+    sh("ip", "netns", "add", name)
+    sh("ip", "-n", name, "link", "set", "lo", "up")
+
+
+def namespace_pids(name: str) -> list[int]:
+    """Processes whose network namespace is `name` (what `ip netns pids` lists, but a process
+    exiting mid-scan is skipped instead of failing the whole listing)."""
+    try:
+        target = os.stat(f"/run/netns/{name}")
+    except OSError:
+        return []
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ns = os.stat(f"/proc/{entry}/ns/net")
+            except OSError:
+                continue  # exited, or a kernel thread
+            if (ns.st_dev, ns.st_ino) == (target.st_dev, target.st_ino):
+                pids.append(int(entry))
+    return pids
+
+
+def kill_namespace_processes(name: str, grace_s: float = 3.0) -> None:
+    """SIGTERM every process inside `name`, SIGKILL what is left after grace_s."""
+    deadline = time.monotonic() + grace_s
+    sig = signal.SIGTERM
+    while pids := namespace_pids(name):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        if time.monotonic() > deadline:
+            if sig == signal.SIGKILL:
+                return  # unkillable (D state): `ip netns del` still unlinks the name
+            sig, deadline = signal.SIGKILL, time.monotonic() + grace_s
+        time.sleep(0.05)
+
+
+def delete_namespace(name: str) -> None:
+    """Kill what runs inside, then delete the namespace (its veths go with it)."""
+    kill_namespace_processes(name)
+    subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=COMMAND_TIMEOUT_S)
+
+
+def add_link(hub_ns: str, hub_if: str, bridge: str, peer_ns: str, address_cidr: str) -> None:
+    """A veth from `peer_ns` (eth0, address_cidr) to the hub's bridge (port `hub_if`). The pair is
+    created inside the hub and the far end moved straight into peer_ns: nothing in the root ns."""
+    sh("ip", "-n", hub_ns, "link", "add", hub_if, "type", "veth", "peer", "name", "eth0", "netns", peer_ns)
+    sh("ip", "-n", hub_ns, "link", "set", hub_if, "master", bridge, "up")
+    sh("ip", "-n", peer_ns, "addr", "add", address_cidr, "dev", "eth0")
+    sh("ip", "-n", peer_ns, "link", "set", "eth0", "up")
+
+
+def shape(ns: str, dev: str, capped_rate_bytes_per_s: int, match: list[tuple[str, str]] | None = None) -> None:
+    """Egress of `dev` in `ns` through HTB: class 1:10 capped at the rate, class 1:20 uncapped.
+    match: [("src"|"dst", ip), ...] selects what goes through the cap; None: everything does."""
+    default = "10" if match is None else "20"
+    sh("tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", default)
+    for classid, rate_bit_per_s in (("1:10", capped_rate_bytes_per_s * 8), ("1:20", UNCAPPED_RATE_BIT_PER_S)):
+        sh("tc", "-n", ns, "class", "add", "dev", dev, "parent", "1:", "classid", classid, "htb",
+           "rate", f"{rate_bit_per_s}bit", "quantum", str(HTB_QUANTUM_BYTES))
+    for direction, ip in match or []:
+        sh("tc", "-n", ns, "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1",
+           "u32", "match", "ip", direction, f"{ip}/32", "flowid", "1:10")
+
+
+def capped_bytes(ns: str, dev: str) -> int:
+    """Bytes that have left `dev` through its capped class 1:10 so far (tc's counter)."""
+    # Text, not `tc -j`: iproute2 6.1 prints classes as text even when asked for JSON.
+    match = re.search(r"^class htb 1:10 .*?\n\s*Sent (\d+) bytes",
+                      sh("tc", "-n", ns, "-s", "class", "show", "dev", dev), re.MULTILINE)
+    if match is None:
+        raise IngestError(f"cluster: no class 1:10 on {dev} in {ns}")
+    return int(match.group(1))
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def call_in_netns(name: str, fn, *args, **kwargs):
+    """fn(*args, **kwargs) on a fresh thread that has joined namespace `name`; its result.
+
+    A network namespace belongs to a thread, so sockets that thread opens and processes it
+    starts (subprocess forks from the calling thread) live in `name`; the rest of this
+    process stays where it was. The thread ends with the call, so nothing has to switch back."""
+    outcome: dict = {}
+
+    def target():
+        try:
+            fd = os.open(f"/run/netns/{name}", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if _libc.setns(fd, CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise IngestError(f"cluster: setns into {name}: {os.strerror(err)}")
+            finally:
+                os.close(fd)
+            outcome["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"netns-{name}", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
