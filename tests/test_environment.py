@@ -9,6 +9,7 @@ nothing leaks out). Reads go through open_transport, as every command's do, on b
 """
 from __future__ import annotations
 
+import json
 import os
 import socket
 import textwrap
@@ -394,3 +395,18 @@ def test_cli_run_trusts_aws_ca_bundle(store, pki, home, tmp_path, engine):
     (name,) = os.listdir(out)
     with fits.open(out / name) as f:
         assert np.array_equal(f[0].data, store.cube)
+
+
+def test_cli_info_says_which_setting_came_from_where(store, pki, home):
+    """`info` prints every resolved setting with its source; no key or secret appears."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "SLURM_"))}
+    env.update(store.env(), AWS_ENDPOINT_URL=store.endpoint_url, AWS_CA_BUNDLE=pki["ca"], PYTHONPATH=ROOT)
+    proc = cli(["info", f"s3://{BUCKET}/{CUBE_KEY}", "--json"], env)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["setting"]: r for r in json.loads(proc.stdout)["environment"]}
+    assert rows["ca_bundle"]["value"] == pki["ca"] and rows["ca_bundle"]["source"] == "AWS_CA_BUNDLE"
+    assert rows["endpoint_url"]["source"] == "AWS_ENDPOINT_URL"
+    text = cli(["info", f"s3://{BUCKET}/{CUBE_KEY}"], env)
+    assert text.returncode == 0 and "from AWS_CA_BUNDLE" in text.stdout, text.stderr
+    for secret in (store.env()["AWS_SECRET_ACCESS_KEY"], store.env()["AWS_ACCESS_KEY_ID"]):
+        assert secret not in proc.stdout + text.stdout

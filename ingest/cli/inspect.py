@@ -12,7 +12,7 @@ from ingest.driver.job import assign, box_bytes, decompose_job
 from ingest.errors import ConfigError
 from ingest.formats.hdf5 import list_datasets
 from ingest.formats.reader import read_any_layout, read_any_layout_timed
-from ingest.transports import engine_name, open_transport
+from ingest.transports import describe_environment, engine_name, open_transport
 from ingest.units import format_bytes
 
 
@@ -60,8 +60,11 @@ def _info(args) -> int:
         else:
             facts = _fits_facts(layout)
         facts["engine"] = engine_name(transport)
+    # What the user's environment (AWS_*, profiles, proxies) set, and from where; a local file has none.
+    environment = ([{"setting": s, "value": v, "source": src} for s, v, src in describe_environment(transport_options(cfg))]
+                   if cfg.resolved_method != "posix" else [])
     if args.json:
-        print(json.dumps(facts, indent=2))
+        print(json.dumps({**facts, "environment": environment}, indent=2))
         return 0
     datasets = facts.pop("datasets", None)
     width = max(map(len, facts))
@@ -70,12 +73,23 @@ def _info(args) -> int:
         print(f"{key:<{width}}  {value}{extra}")
     if datasets is not None:
         _print_datasets(datasets)
+    if environment:
+        _print_environment(environment)
     if args.header:
         for pos in range(0, len(layout.header_text), 80):
             card = layout.header_text[pos : pos + 80].rstrip()
             if card:
                 print(card)
     return 0
+
+
+def _print_environment(rows: list[dict]) -> None:
+    print("settings (secrets redacted):")
+    width = max(len(r["setting"]) for r in rows)
+    shown = [str(r["value"]) for r in rows]
+    value_width = min(60, max(map(len, shown)))
+    for r, value in zip(rows, shown):
+        print(f"  {r['setting']:<{width}}  {value:<{value_width}}  from {r['source']}")
 
 
 # A cost model option typed on the command line is the model to plan with: the header request's
