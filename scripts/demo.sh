@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The demo: a local S3 server, a synthetic cube, and a 4-rank ingest three ways (presigned URL,
-# S3 API, and the staging baseline in the same job), each with its report. Safe to re-run.
-#   bash scripts/demo.sh            (DEMO_SHAPE=512x512x256 DEMO_RANKS=4 to change the size)
+# The demo: a local S3 server, a synthetic cube, and ingest at 1, 2 and 4 ranks three ways
+# (presigned URL, S3 API, and the staging baseline: copy + read), 3 repeats each, every run with
+# its report; then the makespan-vs-ranks figure drawn from the reports. Safe to re-run.
+#   bash scripts/demo.sh   (DEMO_SHAPE=512x512x256 DEMO_RANKS=1,2,4 DEMO_REPEATS=3 to change it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 shape=${DEMO_SHAPE:-512x512x256}   # FITS order x,y,z: 256 MiB of float32
-ranks=${DEMO_RANKS:-4}
+ranks=${DEMO_RANKS:-1,2,4}
+repeats=${DEMO_REPEATS:-3}
+max_ranks=$(tr , '\n' <<< "$ranks" | sort -n | tail -1)
 out=${DEMO_OUT:-demo-out}
 rm -rf "$out"; mkdir -p "$out"
 work=$(mktemp -d)
@@ -29,17 +32,17 @@ python -m ingest info s3://survey/cube.fits
 echo "== 3. what the plan looks like for rank 0's box"
 python -m ingest plan s3://survey/cube.fits --region "0:64,:,:" --requests 3
 
-run() {  # run NAME ARGS...: a $ranks-rank job writing $out/NAME.json
-  local name=$1; shift
-  echo "== $name: mpiexec -n $ranks python -m ingest run $*"
-  mpiexec -n "$ranks" --oversubscribe --bind-to none python -m ingest run \
-    --source s3://survey/cube.fits --report "$out/$name.json" "$@"
-}
-run 4-presigned --method presigned --config configs/demo.toml
-run 5-s3 --method s3 --config configs/demo.toml --output-dir "$out/subcubes"
-run 6-compare-staging --method presigned --config configs/demo.toml --compare staging --stage-dir "$work/stage"
+echo "== 4. the sweep: $ranks ranks, direct (presigned, s3) and staging (copy + read), $repeats repeats"
+echo "   (one mpiexec -n $max_ranks launch; each line is a real ingest.driver.run job and its report;"
+echo "    the same job from the shell: mpiexec -n 4 python -m ingest run --source s3://survey/cube.fits"
+echo "    --method presigned --config configs/demo.toml --compare staging --stage-dir DIR --report r.json)"
+mpiexec -n "$max_ranks" --oversubscribe --bind-to none python scripts/demo_sweep.py \
+  --source s3://survey/cube.fits --config configs/demo.toml --ranks "$ranks" --repeats "$repeats" \
+  --out "$out" --stage-dir "$work/stage"
 
-echo "== 7. tables and plots drawn from the report JSON"
-python analysis/table.py "$out"/*.json
-python analysis/plot_report.py "$out"/*.json --out "$out/plots" || true
-echo "reports in $out/, per-rank FITS subcubes in $out/subcubes/, plots in $out/plots/"
+echo "== 5. tables and the figure, drawn from the report JSON alone"
+python -m ingest report "$out/presigned-n$max_ranks-r1.json"
+python analysis/table.py "$out"/*.json --sort ranks
+python analysis/demo_figure.py "$out"/*.json --out "$out/demo.png"
+echo "reports in $out/ (run summaries in $out/sweep.log), the figure in $out/demo.png"
+echo "(per-rank figures: python analysis/plot_report.py $out/*.json --out $out/plots)"
