@@ -8,8 +8,9 @@ stored bytes with the same region of the ORIGINAL cubes named by SOFIA_CHECK_ORI
 SOFIA_CHECK_ORIGINAL_WEIGHTS, ... Optional SOFIA_CHECK_ORIGINAL_OFFSET = "x, y, z": where pixel
 (0, 0, 0) of the staged files lies in the originals (a cut-out); default 0, 0, 0.
 
-Success: writes {output.directory}/{output.filename}_check.json and exits 0. Any mismatch or
-error: a message on stderr, exit 1. Needs only numpy and astropy (it stands in for a foreign
+Success: writes {output.directory}/{output.filename}_check.json and exits 0 (and, with
+SOFIA_CHECK_WRITE_MASK set, {output.filename}_mask.fits: the region's shape, int32, every voxel
+the parameter file's number NNN). Any mismatch or error: a message on stderr, exit 1. Needs only numpy and astropy (it stands in for a foreign
 program, so it must not share ingest's code or its mistakes).
 
 Parsing as SoFiA-2 (src/Parameter.c, sofia.c, src/DataCube.c): lines trimmed of C whitespace;
@@ -163,7 +164,21 @@ def check(par_path: str, environ) -> str:
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(report, fh, indent=1)
     os.replace(tmp, out)
+    if environ.get("SOFIA_CHECK_WRITE_MASK"):
+        write_mask(out[:-len("_check.json")] + "_mask.fits", data_path, region)
     return out
+
+
+def write_mask(path: str, data_path: str, region) -> None:
+    """As SoFiA-2 writes {output.filename}_mask.fits: int32, the region's shape. Every voxel holds
+    the parameter file's number NNN (from the name), so a merged mask shows which region wrote it."""
+    if region is None:
+        shape = fits.getdata(data_path).shape
+    else:
+        x0, x1, y0, y1, z0, z1 = region
+        shape = (z1 - z0 + 1, y1 - y0 + 1, x1 - x0 + 1)
+    number = int(os.path.basename(path)[:-len("_mask.fits")].rsplit("_", 1)[-1])
+    fits.PrimaryHDU(np.full(shape, number, dtype=">i4")).writeto(path, overwrite=True)
 
 
 def main(argv: list[str]) -> int:

@@ -18,3 +18,36 @@ def test_bash_hand_off_stages_then_every_sofia_reads_its_region(s3_server, tmp_p
     checks = assert_every_region_checked(out_dir)
     assert all(c for c in checks)
     assert proc.stdout.count("sofia_checker: OK") == 12
+
+
+def test_round_trip_prestage_sofia_then_publish_the_mask_cube(s3_server, tmp_path):
+    """jobs/prestage-sofia-publish.sh: the regions' SoFiA-2 masks (the stand-in fills each with its
+    parameter file's number) come back as one int32 cube in which every voxel was written by the
+    region that owns it (overlaps cut in the middle), under the cube's own header."""
+    import io
+    import json
+
+    import numpy as np
+    from astropy.io import fits
+
+    from ingest.core.ownership import owned_boxes
+    from tests.pipeline_fixtures import SHAPE
+
+    env = child_env(s3_server, OMPI_MCA_rmaps_base_oversubscribe="1", SOFIA_CHECK_WRITE_MASK="1",
+                    **pipeline_inputs(s3_server, tmp_path))
+    bucket = env["CUBE"].split("/")[2]
+    out_dir = tmp_path / "run"
+    proc = subprocess.run(["bash", str(ROOT / "jobs" / "prestage-sofia-publish.sh"), env["CUBE"], env["WEIGHTS"],
+                           str(out_dir), env["TEMPLATE"], f"s3://{bucket}/products/mask.fits", "3"], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    boxes = [tuple(tuple(p) for p in r["box"]) for r in json.loads((out_dir / "manifest.json").read_text())["regions"]]
+    expected = np.zeros(SHAPE, ">i4")
+    for i, owned in enumerate(owned_boxes(boxes, SHAPE)):
+        for box in owned:
+            expected[tuple(slice(a, b) for a, b in box)] = i + 1
+    body = s3_server.client().get_object(Bucket=bucket, Key="products/mask.fits")["Body"].read()
+    with fits.open(io.BytesIO(body)) as f:
+        assert f[0].header["BITPIX"] == 32 and np.array_equal(f[0].data, expected)
+        assert f[0].header["CTYPE1"] == fits.getheader(env["SOFIA_CHECK_ORIGINAL_DATA"])["CTYPE1"]
+    assert json.loads((out_dir / "publish-report.json").read_text())["format"] == "fits"

@@ -27,13 +27,14 @@ COMMANDS = {
     "upload": "ingest.cli.upload",
     "tile": "ingest.cli.tile",
     "presign": "ingest.cli.presign",
+    "publish": "ingest.cli.publish",
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m ingest",
-        description="Read FITS subcubes straight out of an object store, one per MPI rank.",
+        description="Read FITS or HDF5 subcubes straight out of an object store, one per MPI rank.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     seen = set()

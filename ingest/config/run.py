@@ -20,6 +20,7 @@ import re
 from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from ingest.core.decompose import parse_grid
+from ingest.core.parts import MAX_PART_BYTES, MIN_PART_BYTES
 from ingest.errors import ConfigError, RegionError
 from ingest.redact import looks_secret, redact_url
 from ingest.transports.presign import MAX_EXPIRES_S, parse_s3_uri
@@ -53,14 +54,14 @@ def _opt(default=MISSING, *, help: str, unit: str = "", kind: str = "str", low=N
 class RunConfig:
     """Everything one `ingest run` needs; see each field's help. Construct via `load_config`."""
 
-    source: str = _opt(commands=OPENERS, help="FITS or HDF5 object: local path, http(s) presigned URL or s3://bucket/key (required)",
+    source: str = _opt(commands=OPENERS + ("publish",), help="FITS or HDF5 object: local path, http(s) presigned URL or s3://bucket/key (required)",
                        unit="path or URL")
     method: str = _opt("auto", commands=OPENERS, kind="choice", choices=("auto", "presigned", "s3", "posix"),
                        help="how to read the source; auto: s3:// -> s3, http(s):// -> presigned, else posix")
     engine: str = _opt("auto", commands=OPENERS, kind="choice", choices=("auto", "native", "urllib3"),
                        help="what issues the HTTP requests: native (libcurl via pycurl, many in flight from one "
                             "thread), urllib3 (urllib3 and boto3, a thread per request); auto: native when installed")
-    endpoint_url: str | None = _opt(None, commands=OPENERS, unit="URL", kind="path",
+    endpoint_url: str | None = _opt(None, commands=OPENERS + ("publish",), unit="URL", kind="path",
                                     help="S3 endpoint, e.g. https://projects.pawsey.org.au", shown_default="boto3's chain")
     threads: int | None = _opt(None, commands=PLANNERS, unit="threads", kind="int", low=1, high=1024,
                                help="concurrent range requests per rank",
@@ -76,9 +77,9 @@ class RunConfig:
     max_gap_bytes: int | None = _opt(None, commands=PLANNERS, unit="bytes", kind="bytes", low=0,
                                      help="merge runs separated by at most this many unwanted bytes",
                                      shown_default="latency_s x bandwidth_bytes_per_s")
-    latency_s: float = _opt(0.002, commands=PLANNERS, unit="s", kind="float", low=0.0,
+    latency_s: float = _opt(0.002, commands=PLANNERS + ("publish",), unit="s", kind="float", low=0.0,
                             help="cost model: time per request (seed 001: ~2 ms on Acacia)")
-    bandwidth_bytes_per_s: float = _opt(75e6, commands=PLANNERS, unit="bytes/s", kind="rate", low=0.0, low_open=True,
+    bandwidth_bytes_per_s: float = _opt(75e6, commands=PLANNERS + ("publish",), unit="bytes/s", kind="rate", low=0.0, low_open=True,
                                         help="cost model: bandwidth per rank (75e6 = 600 Mbit/s); accepts 75MB")
     cpu_per_request_s: float = _opt(0.0, commands=PLANNERS, unit="s", kind="float", low=0.0,
                                     help="cost model: client CPU per request (BENCHMARKS.md: ~0.0001 native, "
@@ -104,15 +105,15 @@ class RunConfig:
     order: str = _opt("sequential", kind="choice", choices=("sequential", "random"),
                       help="the order requests are issued in: file order, or a random permutation of the same "
                            "requests (seed 000's access-order experiment)")
-    hdu: int = _opt(0, commands=OPENERS, unit="HDU index", kind="int", low=0, help="FITS: image HDU to read, 0 = primary")
-    dataset: str | None = _opt(None, commands=OPENERS, unit="HDF5 path", kind="str",
+    hdu: int = _opt(0, commands=OPENERS + ("publish",), unit="HDU index", kind="int", low=0, help="FITS: image HDU to read, 0 = primary")
+    dataset: str | None = _opt(None, commands=OPENERS + ("publish",), unit="HDF5 path", kind="str",
                                help="HDF5: the dataset to read, e.g. /0/DATA (the format is told by the "
                                     "object's magic bytes, not its name)",
                                shown_default="the file's only 3-D or 4-D numeric dataset")
     region: str | None = _opt(None, commands=PLANNERS, unit="numpy-order slices", kind="region",
                               help="restrict the job to part of the cube, e.g. '0:100,:,200:300'",
                               shown_default="whole cube")
-    report: str | None = _opt(None, unit="path", kind="path", help="write the JSON report here")
+    report: str | None = _opt(None, unit="path", kind="path", commands=JOBS + ("publish",), help="write the JSON report here")
     output_dir: str | None = _opt(None, unit="path", kind="path",
                                   help="run: write each rank's subcube here; prestage: the staging directory "
                                        "(required)")
@@ -144,20 +145,48 @@ class RunConfig:
                                 help="earlier JSON report to compare this run against")
     native_byteorder: bool = _opt(False, kind="bool",
                                   help="return native-endian arrays (costs a byte swap) instead of FITS big-endian")
-    progress: bool = _opt(True, kind="bool", help="show a progress bar on rank 0")
-    presign_expires_s: int = _opt(3600, unit="s", kind="int", low=1, high=MAX_EXPIRES_S,
+    progress: bool = _opt(True, kind="bool", commands=JOBS + ("publish",), help="show a progress bar on rank 0")
+    presign_expires_s: int = _opt(3600, unit="s", kind="int", low=1, high=MAX_EXPIRES_S, commands=JOBS + ("publish",),
                                   help="lifetime of URLs ingest presigns itself (SigV4 allows 7 days)")
-    retries: int = _opt(5, commands=OPENERS, unit="retries", kind="int", low=0, help="retries per request after a retryable error")
-    retry_backoff_s: float = _opt(0.2, commands=OPENERS, unit="s", kind="float", low=0.0,
+    retries: int = _opt(5, commands=OPENERS + ("publish",), unit="retries", kind="int", low=0, help="retries per request after a retryable error")
+    retry_backoff_s: float = _opt(0.2, commands=OPENERS + ("publish",), unit="s", kind="float", low=0.0,
                                   help="first retry waits up to this long; the ceiling doubles each retry (full jitter)")
-    retry_total_s: float = _opt(300.0, commands=OPENERS, unit="s", kind="float", low=0.0, low_open=True,
+    retry_total_s: float = _opt(300.0, commands=OPENERS + ("publish",), unit="s", kind="float", low=0.0, low_open=True,
                                 help="give up on a request after this much time spent retrying")
-    connect_timeout_s: float = _opt(10.0, commands=OPENERS, unit="s", kind="float", low=0.0, low_open=True,
+    connect_timeout_s: float = _opt(10.0, commands=OPENERS + ("publish",), unit="s", kind="float", low=0.0, low_open=True,
                                     help="TCP/TLS connect timeout")
-    read_timeout_s: float = _opt(60.0, commands=OPENERS, unit="s", kind="float", low=0.0, low_open=True,
+    read_timeout_s: float = _opt(60.0, commands=OPENERS + ("publish",), unit="s", kind="float", low=0.0, low_open=True,
                                  help="longest wait for the next bytes of a response")
-    ca_bundle: str | None = _opt(None, commands=OPENERS, unit="path", kind="path", help="PEM file of CAs to trust for TLS")
-    verify_tls: bool = _opt(True, commands=OPENERS, kind="bool", help="verify TLS certificates (turn off only for test servers)")
+    ca_bundle: str | None = _opt(None, commands=OPENERS + ("publish",), unit="path", kind="path", help="PEM file of CAs to trust for TLS")
+    verify_tls: bool = _opt(True, commands=OPENERS + ("publish",), kind="bool", help="verify TLS certificates (turn off only for test servers)")
+
+    # publish (ingest.driver.publish): regions from every rank written back as one object.
+    dest: str | None = _opt(None, unit="s3://bucket/key", kind="path", commands=("publish",),
+                            help="publish: the object to write (required)")
+    header_from: str | None = _opt(None, unit="path or URL", kind="path", commands=("publish",),
+                                   help="publish: the FITS or HDF5 cube whose header (HDF5: dataset path and "
+                                        "attributes) the object gets; NAXISn and BITPIX follow the regions",
+                                   shown_default="the pre-stage's frame file or source cube")
+    region_files: str | None = _opt(None, kind="str", commands=("publish",),
+                                    help="publish: each region's data in its own file, a pattern with {index} (from 1, as "
+                                         "sofia_NNN.par) or {index0}, e.g. run1_{index:03d}_mask.fits; boxes from the "
+                                         "source's manifest.json", shown_default="the pre-stage's own files")
+    part_bytes: int | None = _opt(None, unit="bytes", kind="bytes", low=MIN_PART_BYTES, high=MAX_PART_BYTES,
+                                  commands=("publish",),
+                                  help="publish: multipart part size (S3: 5 MiB..5 GiB, at most 10,000 parts)",
+                                  shown_default="planned from the object, the ranks and latency_s x bandwidth_bytes_per_s")
+    parts_in_flight: int = _opt(2, unit="parts", kind="int", low=1, high=64, commands=("publish",),
+                                help="publish: parts each rank aggregates and uploads at once; a rank's buffers are "
+                                     "this x part_bytes (plus one 64 MiB send buffer)")
+    upload_method: str = _opt("auto", kind="choice", choices=("auto", "s3", "presigned"), commands=("publish",),
+                              help="publish: s3 = every rank uploads with its own credentials (CRC32 checked); "
+                                   "presigned = rank 0 hands out UploadPart URLs (Content-MD5 checked); auto: "
+                                   "presigned when some rank has no credentials")
+    overwrite: bool = _opt(False, kind="bool", commands=("publish",),
+                           help="publish: replace an object already at dest, and discard an unfinished upload of it")
+    resume: bool = _opt(False, kind="bool", commands=("publish",),
+                        help="publish: continue an unfinished upload of dest (its parts verified, the rest "
+                             "uploaded), and keep the upload for another --resume if this run fails")
 
     def __post_init__(self):
         for f in fields(self):
@@ -391,6 +420,11 @@ def _check_syntax(name: str, kind: str, value: str) -> None:
         parse_min_overlap(value)
     elif name == "endpoint_url" and _source_form(value) != "http":
         raise ConfigError(f"endpoint_url: expected an http(s):// URL, got {redact_url(value)!r}")
+    elif name == "dest":
+        try:
+            parse_s3_uri(value)
+        except ConfigError as exc:
+            raise ConfigError(f"dest: {exc}") from None
     elif name in ("source", "endpoint_url") and _source_form(value) == "http":
         _check_url(name, value)
     elif name == "source" and _source_form(value) == "s3":

@@ -58,9 +58,11 @@ def _set_attrs(dset, attrs: dict) -> None:
             dset.attrs[key] = str(value)
 
 
-def subcube_image(layout, box, *, source_label: str) -> H5Image:
+def subcube_image(layout, box, *, source_label: str, attrs: dict | None = None,
+                  align_bytes: int | None = None) -> H5Image:
     """The file for one region of `layout` (an H5Layout): the dataset at the source's path, the
-    region's shape, the stored dtype and byte order, contiguous, with region_attrs."""
+    region's shape, the stored dtype and byte order, contiguous, with region_attrs (or `attrs`);
+    with `align_bytes`, the data starts at a multiple of it."""
     import h5py
 
     shape = tuple(int(b) - int(a) for a, b in box)
@@ -69,7 +71,9 @@ def subcube_image(layout, box, *, source_label: str) -> H5Image:
         path = os.path.join(scratch, "region.h5")
         # A real (sparse) file, not h5py's core driver: early allocation would put the whole
         # region in memory there.
-        with h5py.File(path, "w", libver=("earliest", "v110")) as f:
+        # Only objects as large as the data are aligned: the metadata stays packed.
+        aligned = {"alignment_threshold": max(1, nbytes), "alignment_interval": align_bytes} if align_bytes else {}
+        with h5py.File(path, "w", libver=("earliest", "v110"), **aligned) as f:
             dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
             dcpl.set_layout(h5py.h5d.CONTIGUOUS)
             dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)  # the offset is known before any data
@@ -78,7 +82,7 @@ def subcube_image(layout, box, *, source_label: str) -> H5Image:
             lcpl.set_create_intermediate_group(True)
             dsid = h5py.h5d.create(f.id, layout.dataset.encode(), h5py.h5t.py_create(layout.dtype, logical=True),
                                    h5py.h5s.create_simple(shape), dcpl=dcpl, lcpl=lcpl)
-            _set_attrs(h5py.Dataset(dsid), region_attrs(layout, box, source_label))
+            _set_attrs(h5py.Dataset(dsid), region_attrs(layout, box, source_label) if attrs is None else attrs)
             data_offset = dsid.get_offset()
         size_bytes = os.path.getsize(path)
         if data_offset is None or data_offset + nbytes > size_bytes:

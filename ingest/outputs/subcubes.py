@@ -69,6 +69,20 @@ def output_name(rank: int, box, ext: str = ".fits") -> str:
     return "_".join(parts) + ext
 
 
+_OUTPUT_NAME = re.compile(r"rank(\d{4,})((?:_[xyzs]\d+-\d+)+)\.(fits|h5)")
+
+
+def parse_output_name(name: str) -> tuple[int, tuple[tuple[int, int], ...]] | None:
+    """(rank, box in numpy order) from an `output_name`, or None when `name` is not one."""
+    match = _OUTPUT_NAME.fullmatch(name)
+    if match is None:
+        return None
+    spans = re.findall(r"_([xyzs])(\d+)-(\d+)", match.group(2))
+    if [letter for letter, _, _ in spans] != list(_AXIS_LETTERS[:len(spans)]):
+        return None
+    return int(match.group(1)), tuple((int(a), int(b)) for _, a, b in reversed(spans))
+
+
 def output_ext(layout) -> str:
     """Outputs follow the source's format."""
     return ".h5" if layout.kind == "hdf5" else ".fits"
@@ -78,6 +92,22 @@ def _source_label(layout: FitsLayout) -> str:
     # Layout.source is redacted already; redact again so no code path can leak a signature.
     source = layout.source
     return redact_url(source) if source.lower().startswith(("http://", "https://")) else source
+
+
+def as_primary(header: fits.Header, ndim: int) -> fits.Header:
+    """`header` (changed in place) as a primary HDU's whose data is about to be rewritten: an IMAGE
+    extension's XTENSION becomes SIMPLE = T, PCOUNT, GCOUNT and INHERIT go, EXTEND is added, and
+    CHECKSUM/DATASUM (which describe the old bytes) are removed."""
+    if "XTENSION" in header:
+        header.rename_keyword("XTENSION", "SIMPLE")
+        header["SIMPLE"] = (True, "conforms to FITS standard")
+        for key in _EXTENSION_ONLY[1:]:
+            header.remove(key, ignore_missing=True, remove_all=True)
+        if "EXTEND" not in header:  # astropy writes it in every primary header; readers expect it
+            header.insert(f"NAXIS{ndim}", ("EXTEND", True, "FITS dataset may contain extensions"), after=True)
+    for key in _STALE_KEYS:
+        header.remove(key, ignore_missing=True, remove_all=True)
+    return header
 
 
 def subcube_header(layout: FitsLayout, box) -> fits.Header:
@@ -95,17 +125,7 @@ def subcube_header(layout: FitsLayout, box) -> fits.Header:
         raise FitsFormatError(f"{what}: layout carries no header text; cannot write a subcube header")
     pairs = _check_box(box, layout.shape, what)
     ndim = len(layout.shape)
-    header = fits.Header.fromstring(layout.header_text)
-
-    if "XTENSION" in header:
-        header.rename_keyword("XTENSION", "SIMPLE")
-        header["SIMPLE"] = (True, "conforms to FITS standard")
-        for key in _EXTENSION_ONLY[1:]:
-            header.remove(key, ignore_missing=True, remove_all=True)
-        if "EXTEND" not in header:  # astropy writes it in every primary header; readers expect it
-            header.insert(f"NAXIS{ndim}", ("EXTEND", True, "FITS dataset may contain extensions"), after=True)
-    for key in _STALE_KEYS:
-        header.remove(key, ignore_missing=True, remove_all=True)
+    header = as_primary(fits.Header.fromstring(layout.header_text), ndim)
 
     has_wcs = any(_WCS_KEY.match(key) for key in header.keys())
     for n in range(1, ndim + 1):

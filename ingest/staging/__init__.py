@@ -2,5 +2,6 @@
 
 `stage` downloads an object to a file by ranged reads (the baseline's own copier), `tools`
 runs s5cmd, rclone or a user's command instead, `upload` puts a local file back by multipart
-upload. The MPI side of the staging baseline is driver/baseline.py.
+upload, `multipart` makes the calls of an upload many ranks share (checksummed parts, presigned
+part URLs). The MPI side of the staging baseline is driver/baseline.py, of publish driver/publish.py.
 """

@@ -16,52 +16,16 @@ from dataclasses import dataclass
 
 from ingest.errors import ConfigError, IngestError, TransportError
 from ingest.transports.presign import parse_s3_uri
-from ingest.units import GiB, MiB, TiB, format_bytes
 
-# S3 multipart limits (AWS documents them; Ceph/Acacia, MinIO and versitygw follow them).
-MIN_PART_BYTES = 5 * MiB  # every part but the last
-MAX_PART_BYTES = 5 * GiB  # also the largest single PUT
-MAX_PARTS = 10_000
-MAX_OBJECT_BYTES = 5 * TiB
-DEFAULT_PART_BYTES = 64 * MiB  # few enough requests, small enough to retry cheaply
+# S3's multipart limits and the part-size rule live in the pure core (ingest.core.parts), which
+# the publish planner shares; re-exported here for this module's callers.
+from ingest.core.parts import (DEFAULT_PART_BYTES, MAX_OBJECT_BYTES, MAX_PART_BYTES, MAX_PARTS, MIN_PART_BYTES,
+                               choose_part_bytes)
+
 DEFAULT_CONCURRENCY = 8
 
-
-def choose_part_bytes(object_bytes: int, requested_part_bytes: int | None = None) -> int:
-    """Part size in bytes for an object_bytes upload: requested (checked) or 64 MiB raised to fit 10,000 parts."""
-    if isinstance(object_bytes, bool) or not isinstance(object_bytes, int) or object_bytes < 0:
-        raise ConfigError(f"object_bytes: expected a size >= 0 in bytes, got {object_bytes!r}")
-    if object_bytes > MAX_OBJECT_BYTES:
-        raise ConfigError(
-            f"object_bytes: {object_bytes} B ({format_bytes(object_bytes)}) exceeds the S3 object "
-            f"limit of {format_bytes(MAX_OBJECT_BYTES)}"
-        )
-    # Smallest part that keeps the count within the limit, rounded up to whole MiB.
-    fit_bytes = math.ceil(math.ceil(object_bytes / MAX_PARTS) / MiB) * MiB
-    if requested_part_bytes is None:
-        return max(DEFAULT_PART_BYTES, fit_bytes)
-
-    part = requested_part_bytes
-    if isinstance(part, bool) or not isinstance(part, int):
-        raise ConfigError(f"part_bytes: expected a byte count, got {part!r}")
-    if part < MIN_PART_BYTES:
-        raise ConfigError(
-            f"part_bytes: {part} B ({format_bytes(part)}) is below the S3 minimum part size of "
-            f"{format_bytes(MIN_PART_BYTES)}"
-        )
-    if part > MAX_PART_BYTES:
-        raise ConfigError(
-            f"part_bytes: {part} B ({format_bytes(part)}) is above the S3 maximum part size of "
-            f"{format_bytes(MAX_PART_BYTES)}"
-        )
-    n_parts = math.ceil(object_bytes / part)
-    if n_parts > MAX_PARTS:
-        raise ConfigError(
-            f"part_bytes: {format_bytes(part)} parts would split this {format_bytes(object_bytes)} object "
-            f"into {n_parts} parts, above the S3 limit of {MAX_PARTS} parts; use at least "
-            f"{format_bytes(max(fit_bytes, MIN_PART_BYTES))} (or omit part_bytes)"
-        )
-    return part
+__all__ = ["DEFAULT_PART_BYTES", "MAX_OBJECT_BYTES", "MAX_PART_BYTES", "MAX_PARTS", "MIN_PART_BYTES",
+           "DEFAULT_CONCURRENCY", "choose_part_bytes", "upload_file", "UploadResult"]
 
 
 @dataclass(frozen=True)

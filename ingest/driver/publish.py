@@ -1,0 +1,308 @@
+"""`python -m ingest publish` and `ingest.publish(comm, dest, regions)`: the ranks' regions written
+back as one FITS object (or one contiguous HDF5 dataset) by a multipart upload.
+
+Protocol. Rank 0 plans (ingest.driver.publish_plan) and creates the upload; the ranks run the
+two-phase rounds (ingest.driver.publish_rounds); rank 0 gathers the parts' ETags and checksums
+and completes the upload with them in order, then checks the stored size (and the composite
+CRC32 the store returns). Nothing is visible at the key until that completion.
+
+Failures. A failure on any rank (an upload that gave up, a refused checksum) is known to every
+rank at the next round's status exchange; all stop, and rank 0 aborts the multipart upload, so
+no partial object and no orphan upload remains, unless `resume` was asked for: then the upload
+is kept and the same command with --resume lists its parts, checks each against the bytes it
+would upload (CRC32, or the ETag as MD5) and uploads only the others. A rank that dies outright
+makes the launcher end the job: rank 0 catches the SIGTERM that comes before the SIGKILL (about
+1 s with Open MPI) and aborts the upload then (unless resume). If rank 0 itself is killed, the
+upload stays unfinished; the next publish of the key says so (--resume or --overwrite).
+Every message names the rank, the part and the key.
+"""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import replace
+
+import numpy as np
+
+from ingest.config import RunConfig
+from ingest.driver.commands import config_for
+from ingest.driver.mpi import RootStepFailed, all_agree_or_raise, root_step
+from ingest.driver.publish_plan import Plan, make_plan, options_for_store
+from ingest.driver.publish_rounds import Holding, Rounds, failed_ranks
+from ingest.config.settings import retry_policy
+from ingest.core.regions import assign_regions
+from ingest.errors import ConfigError, IngestError, RegionError
+from ingest.outputs.publish_inputs import RegionData, open_array, regions_in
+from ingest.staging.multipart import PartUploader
+from ingest.units import format_bytes
+
+MEMORY_SOURCE = "(regions in memory)"  # RunConfig.source of a publish whose regions are arrays
+
+
+class PublishError(IngestError):
+    """A publish failed; the message names the rank, the part, the key and what became of the upload."""
+
+
+class _Interrupted(IngestError):
+    """SIGTERM on rank 0 during the rounds: a peer died (or the job was cancelled)."""
+
+
+def _memory_regions(regions, rank: int) -> tuple[list[Holding], Exception | None]:
+    """This rank's (box, array) pairs (or objects with .box and .data) as holdings, checked."""
+    holdings = []
+    try:
+        for i, item in enumerate(regions):
+            box, array = (item.box, item.data) if hasattr(item, "box") else item
+            box = tuple((int(s.start), int(s.stop)) if isinstance(s, slice) else (int(s[0]), int(s[1])) for s in box)
+            array = np.ascontiguousarray(array)  # a copy only for a strided view
+            extents = tuple(b - a for a, b in box)
+            if array.shape != extents:
+                raise RegionError(f"rank {rank}: region {i}: array shape {array.shape} is not its box's extents "
+                                  f"{extents} (box {box}, numpy order)")
+            region = RegionData(-1, box, tuple(a for a, _ in box), extents, array.dtype.str)
+            holdings.append(Holding(region, array))
+    except (TypeError, ValueError, AttributeError) as exc:
+        return [], RegionError(f"rank {rank}: regions: expected (box, array) pairs with box ((start, stop), ...) in "
+                               f"numpy order, got {exc}")
+    except IngestError as exc:
+        return [], exc
+    return holdings, None
+
+
+def _file_regions(cfg: RunConfig, n_ranks: int):
+    """Rank 0: the regions in cfg.source and which rank maps each (balanced by bytes)."""
+    regions, header_source, what = regions_in(cfg.source, cfg.region_files, cfg.dataset)
+    held_by = assign_regions([r.nbytes for r in regions], n_ranks)
+    return regions, held_by, header_source, what
+
+
+def _open_files(regions, mine) -> tuple[dict, Exception | None]:
+    arrays: dict = {}  # one map per file and place: a frame holds every region
+    try:
+        holdings = {}
+        for index in mine:
+            r = regions[index]
+            key = (r.path, r.data_offset, r.array_shape, r.dtype)
+            if key not in arrays:
+                arrays[key] = open_array(r)
+            holdings[index] = Holding(r, *arrays[key])
+        return holdings, None
+    except (OSError, ValueError) as exc:
+        return {}, IngestError(f"region file: cannot map it ({exc})")
+
+
+def _have_credentials() -> bool:
+    from ingest.transports.s3client import have_credentials
+
+    return have_credentials()
+
+
+def publish(comm, dest: str | None = None, regions=None, *, header=None, config: RunConfig | Mapping | None = None,
+            **options) -> dict:
+    """Write the regions of every rank of `comm` as one object at `dest` (s3://bucket/key).
+
+    regions: this rank's (box, array) pairs (box: ((start, stop), ...) in numpy order, halo
+    included; array: the box's values as stored, either byte order), or None to read them from
+    the directory in config `source` (a pre-stage, region files, `run --output-dir` cut-outs).
+    header: an astropy Header or FITS card text, or the path/URL of a cube whose header (HDF5:
+    dataset and attributes) the object takes. options: RunConfig fields (part_bytes, resume,
+    overwrite, upload_method, ...). Collective; returns this rank's result (rank 0's has 'report')."""
+    if dest is not None:
+        options["dest"] = dest
+    header_obj = None
+    if isinstance(header, str) and not header.startswith(("SIMPLE  ", "XTENSION")):
+        options["header_from"] = header
+    elif header is not None:
+        header_obj = header
+    if regions is not None and not (isinstance(config, RunConfig) or (isinstance(config, Mapping)
+                                                                       and "source" in config)):
+        options.setdefault("source", MEMORY_SOURCE)
+    cfg = config_for(config, options, "ingest.publish")
+    if not cfg.dest:
+        raise ConfigError("dest: required (s3://bucket/key, the object to write)")
+    own = comm.Dup()  # the rounds' tags never meet the caller's messages
+    try:
+        return _publish(own, cfg, regions, header_obj)
+    finally:
+        own.Free()
+
+
+def _publish(comm, cfg: RunConfig, regions, header) -> dict:
+    from mpi4py import MPI
+
+    t0 = MPI.Wtime()
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if regions is None:
+        all_regions, held_by, header_source, what = root_step(comm, _file_regions, cfg, size)
+        holdings, error = _open_files(all_regions, held_by[rank])
+    else:
+        local, error = _memory_regions(regions, rank)
+        all_agree_or_raise(comm, error)
+        per_rank = comm.allgather([h.region for h in local])
+        all_regions, held_by, header_source, what = [], [], None, "regions in memory"
+        for r, mine in enumerate(per_rank):
+            held_by.append(tuple(range(len(all_regions), len(all_regions) + len(mine))))
+            all_regions += [replace(m, index=len(all_regions) + i) for i, m in enumerate(mine)]
+        holdings = {index: Holding(all_regions[index], h.array) for index, h in zip(held_by[rank], local)}
+    all_agree_or_raise(comm, error)
+    credentials = comm.allgather(_have_credentials())
+    keep: dict = {}
+    plan = root_step(comm, make_plan, cfg, all_regions, held_by, header, header_source, credentials, keep)
+    if rank == 0:
+        upload_text = (f"resuming upload {plan.upload_id} ({len(plan.existing)} part(s) stored)" if plan.resumed
+                       else f"upload {plan.upload_id}")
+        print(f"ingest publish: {plan.uri}: {format_bytes(plan.object_bytes)} {plan.format} from {what}, "
+              f"{len(plan.parts)} part(s) of {plan.part_reason}, {size} rank(s), {upload_text}", flush=True)
+    return _upload(comm, cfg, plan, holdings, keep.get("upload"), t0, what)
+
+
+def _upload(comm, cfg: RunConfig, plan: Plan, holdings: dict, upload, t0: float, what: str) -> dict:
+    """The rounds, completion, and on any failure the abort (rank 0), in one guarded step."""
+    from mpi4py import MPI
+
+    rank = comm.Get_rank()
+    restore = _catch_sigterm() if rank == 0 else None
+    abandoned = [False]
+
+    def abandon() -> str:
+        """Rank 0: what happens to the upload after a failure (aborted unless resume asked to keep it)."""
+        if abandoned[0]:
+            return ""
+        abandoned[0] = True
+        if cfg.resume:
+            return f"; the upload {plan.upload_id} is kept: the same command with --resume continues it"
+        try:
+            upload.abort()
+            return f"; the upload was aborted, nothing was written at {plan.uri}"
+        except IngestError as exc:
+            return f"; aborting the upload {plan.upload_id} failed too ({exc}): abort it, or --resume it"
+
+    try:
+        uploader = PartUploader(*_bucket_key(plan), plan.upload_id, plan.checksum, retry_policy(cfg),
+                                presigned=plan.presigned, slots=cfg.parts_in_flight, options=options_for_store(cfg),
+                                client=upload.client if upload is not None else None)
+        progress = _progress(cfg, plan) if rank == 0 else None
+        urls = (lambda j: comm.bcast(_sign_round(upload, plan, j, cfg) if rank == 0 else None, root=0)) \
+            if plan.presigned else None
+        stats = Rounds(comm, plan, holdings, uploader, cfg.parts_in_flight, urls,
+                       on_round=progress.round_done if progress else None).run()
+        if progress:
+            progress.close()
+        if stats.errors:
+            fate = comm.bcast(abandon() if rank == 0 else "", root=0)
+            _raise_together(rank, stats.errors[0] + fate)
+        failed_ranks(comm, False)  # every rank alive before rank 0 waits in a gather
+        records = comm.gather(stats.records, root=0)
+        everyone = comm.gather(stats.as_dict(), root=0)
+        outcome = root_step(comm, _complete, cfg, plan, upload, records)
+    except BaseException as exc:
+        if rank == 0 and not abandoned[0]:
+            fate = abandon()
+            if isinstance(exc, IngestError) and fate:
+                exc.args = (f"{exc.args[0] if exc.args else exc}{fate}",)
+        raise
+    finally:
+        if restore:
+            restore()
+    result = {"uri": plan.uri, "object_bytes": plan.object_bytes, "format": plan.format, "part_bytes": plan.part_bytes,
+              "parts": len(plan.parts), "elapsed_s": MPI.Wtime() - t0, "etag": outcome["etag"],
+              "resumed": plan.resumed, "rank": rank, **stats.as_dict(),
+              "memory_bound_bytes": _memory_bound(cfg, plan)}
+    if rank == 0:
+        result["report"] = _report(cfg, plan, result, everyone, what)
+    return result
+
+
+def _raise_together(rank: int, message: str):
+    """Every rank stops with the same message; rank 0 prints it (the message names the failed rank)."""
+    if rank != 0:
+        raise RootStepFailed(message)
+    error = PublishError(message)
+    error.collective = error.from_root_step = True  # run_or_abort: exit cleanly, no MPI Abort
+    raise error
+
+
+def _bucket_key(plan: Plan) -> tuple[str, str]:
+    from ingest.transports.presign import parse_s3_uri
+
+    return parse_s3_uri(plan.uri)
+
+
+def _sign_round(upload, plan: Plan, j: int, cfg: RunConfig) -> dict:
+    """Rank 0: presigned UploadPart URLs for round j's parts, fresh each round (they never age)."""
+    return {part: upload.presign_part(part + 1, cfg.presign_expires_s) for part in plan.rounds[j] if part is not None}
+
+
+def _complete(cfg: RunConfig, plan: Plan, upload, per_rank_records) -> dict:
+    """Rank 0: complete the upload with every part in order, then check what the store holds."""
+    records = sorted((r for mine in per_rank_records for r in mine), key=lambda r: r.number)
+    numbers = [r.number for r in records]
+    if numbers != list(range(1, len(plan.parts) + 1)):
+        missing = sorted(set(range(1, len(plan.parts) + 1)) - set(numbers))
+        raise PublishError(f"{plan.uri}: part(s) {missing[:10]} have no record after the rounds; not completing")
+    reply = upload.complete(records, refuse_existing=not cfg.overwrite)
+    stored = upload.existing_bytes()
+    if stored != plan.object_bytes:
+        raise PublishError(f"{plan.uri}: the completed object is {stored} bytes, the plan made {plan.object_bytes}")
+    return {"etag": reply.get("ETag", "").strip('"'), "checksum": reply.get("ChecksumCRC32")}
+
+
+def _memory_bound(cfg: RunConfig, plan: Plan) -> int:
+    """A rank's buffers: parts_in_flight parts plus the one send buffer (publish_rounds)."""
+    from ingest.driver.publish_rounds import MESSAGE_BYTES
+
+    return min(cfg.parts_in_flight, len(plan.rounds)) * plan.part_bytes + min(MESSAGE_BYTES, plan.part_bytes)
+
+
+def _report(cfg: RunConfig, plan: Plan, result: dict, ranks: list, what: str) -> dict:
+    report = {"schema": "ingest.publish/1", "dest": plan.uri, "from": what, "format": plan.format,
+              "object_bytes": plan.object_bytes, "part_bytes": plan.part_bytes, "part_reason": plan.part_reason,
+              "parts": len(plan.parts), "method": "presigned" if plan.presigned else "s3",
+              "checksum": plan.checksum or "MD5", "resumed": plan.resumed, "parts_stored_before": len(plan.existing),
+              "etag": result["etag"], "elapsed_s": result["elapsed_s"], "memory_bound_bytes": result["memory_bound_bytes"],
+              "ranks": [{"rank": r, **stats} for r, stats in enumerate(ranks)]}
+    uploaded = sum(r["bytes_uploaded"] for r in ranks)
+    rate = plan.object_bytes / result["elapsed_s"] if result["elapsed_s"] > 0 else 0.0
+    print(f"ingest publish: {plan.uri} complete: {format_bytes(plan.object_bytes)} in {len(plan.parts)} part(s), "
+          f"{format_bytes(uploaded)} uploaded, {sum(r['parts_verified'] for r in ranks)} part(s) already stored, "
+          f"{result['elapsed_s']:.2f} s ({format_bytes(rate)}/s), ETag {result['etag']}", flush=True)
+    if cfg.report:
+        from ingest.outputs.report import write_report
+
+        write_report(cfg.report, report)
+    return report
+
+
+class _Progress:
+    def __init__(self, plan: Plan):
+        from tqdm import tqdm
+
+        self.plan = plan
+        self.bar = tqdm(total=plan.object_bytes, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr,
+                        desc="publish", leave=False)
+
+    def round_done(self, j: int) -> None:
+        self.bar.update(sum(self.plan.parts[p][1] - self.plan.parts[p][0] for p in self.plan.rounds[j]
+                            if p is not None))
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _progress(cfg: RunConfig, plan: Plan):
+    return _Progress(plan) if cfg.progress and sys.stderr.isatty() else None
+
+
+def _catch_sigterm():
+    """Rank 0: turn SIGTERM into an exception in the main thread, so the upload is aborted in the
+    second the launcher leaves before SIGKILL. Returns the function that puts the old handler back."""
+    if threading.current_thread() is not threading.main_thread():
+        return None  # signals reach the main thread only; a caller on another thread keeps its own handling
+
+    def interrupted(signum, frame):
+        raise _Interrupted("rank 0: interrupted by SIGTERM (a rank died, or the job was cancelled)")
+
+    previous = signal.signal(signal.SIGTERM, interrupted)
+    return lambda: signal.signal(signal.SIGTERM, previous)

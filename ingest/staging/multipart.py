@@ -1,0 +1,284 @@
+"""The S3 calls of a multipart upload made from many processes: rank 0's `Upload` (create, list,
+presign, complete, abort) and every rank's `PartUploader` (one part, checksummed, retried).
+
+Checksums the store verifies, so a part corrupted between our memory and its disk is refused
+(BadDigest) rather than stored: with the S3 API, CRC32 (`x-amz-checksum-crc32`, the upload
+created with ChecksumAlgorithm CRC32; cheap, and the completed object carries the composite);
+through a presigned URL, Content-MD5, the one checksum header a store accepts unsigned (a
+presigned URL would have to sign `x-amz-checksum-*` in advance, and rank 0 cannot know the
+bytes when it signs). versitygw verifies both, as AWS does.
+
+Retrying is ours (ingest.transports.retry's policy), not botocore's: botocore would retry a
+BadDigest four times without saying so, and every retry must count against the same bound.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import zlib
+from dataclasses import dataclass
+
+from ingest.errors import RetryableError, TransportError
+from ingest.redact import redact_urls
+from ingest.transports.retry import RetryPolicy, retry_call
+
+# Store answers worth another attempt: the server's trouble, or bytes damaged on the way.
+_RETRYABLE_CODES = {"SlowDown", "RequestTimeout", "BadDigest", "InternalError", "ServiceUnavailable",
+                    "RequestTimeTooSkewed", "XAmzContentSHA256Mismatch"}
+
+
+@dataclass(frozen=True)
+class PartRecord:
+    """One stored part: number (1-based), size in bytes, ETag (quoted, as S3 gives it), CRC32 (base64) or None."""
+
+    number: int
+    size_bytes: int
+    etag: str
+    crc32: str | None = None
+
+
+def crc32_b64(buffer) -> str:
+    """S3's spelling of a CRC-32: the big-endian 4 bytes, base64 (zlib releases the GIL)."""
+    return base64.b64encode(zlib.crc32(buffer).to_bytes(4, "big")).decode()
+
+
+def md5_b64(buffer) -> str:
+    return base64.b64encode(hashlib.md5(buffer).digest()).decode()
+
+
+def composite_crc32(crc32s: list[str]) -> str:
+    """The checksum S3 gives a completed CRC32 upload: the CRC-32 of the parts' CRCs, '-N'."""
+    joined = b"".join(base64.b64decode(c) for c in crc32s)
+    return f"{crc32_b64(joined)}-{len(crc32s)}"
+
+
+def part_matches(record: PartRecord, buffer) -> bool:
+    """Is the stored part these bytes? Its CRC32 when the store lists one, else its ETag as the
+    MD5 of the part (what S3 and versitygw give a part not encrypted with KMS)."""
+    if record.size_bytes != len(buffer):
+        return False
+    if record.crc32:
+        return record.crc32 == crc32_b64(buffer)
+    return record.etag.strip('"') == hashlib.md5(buffer).hexdigest()
+
+
+class _BufferFile(io.RawIOBase):
+    """A seekable file over a memoryview: botocore takes bytes or a file, and bytes(part) would copy it."""
+
+    def __init__(self, buffer):
+        self._view = memoryview(buffer).cast("B")
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, out) -> int:
+        n = max(0, min(len(out), len(self._view) - self._pos))
+        out[:n] = self._view[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+
+def _classify(exc: Exception, what: str) -> Exception:
+    """A botocore or urllib3 failure as RetryableError (worth another attempt) or TransportError."""
+    from botocore.exceptions import ClientError, HTTPClientError
+
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        code = error.get("Code", "")
+        text = f"{what}: {code or status}: {error.get('Message', '')}".rstrip(": ")
+        if status >= 500 or code in _RETRYABLE_CODES:
+            return RetryableError(text, kind=code or str(status))
+        return TransportError(text)
+    if isinstance(exc, HTTPClientError):
+        return RetryableError(f"{what}: {type(exc).__name__}: {exc}", kind=type(exc).__name__)
+    import urllib3
+
+    if isinstance(exc, urllib3.exceptions.HTTPError):
+        return RetryableError(f"{what}: {type(exc).__name__}: {redact_urls(str(exc))}", kind=type(exc).__name__)
+    return TransportError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def _call(fn, what: str):
+    try:
+        return fn()
+    except (RetryableError, TransportError):
+        raise
+    except Exception as exc:  # botocore/urllib3 errors, sorted by _classify
+        raise _classify(exc, what) from exc
+
+
+def upload_client(max_pool_connections: int, options: dict | None = None):
+    """A boto3 client for the upload: botocore's own retries off (ours count). options: endpoint_url,
+    verify_tls, ca_bundle, connect_timeout, read_timeout (None: boto3's chain and defaults)."""
+    from ingest.transports.s3client import s3_client
+
+    options = options or {}
+    kw = {k: options[k] for k in ("endpoint_url", "connect_timeout", "read_timeout") if options.get(k) is not None}
+    if options.get("verify_tls") is False:
+        kw["verify"] = False
+    elif options.get("ca_bundle"):
+        kw["verify"] = options["ca_bundle"]
+    return s3_client(max_pool_connections=max_pool_connections, retries={"total_max_attempts": 1}, **kw)
+
+
+class Upload:
+    """Rank 0's handle on s3://bucket/key and its multipart upload: the calls that need credentials."""
+
+    def __init__(self, client, bucket: str, key: str, policy: RetryPolicy):
+        self.client, self.bucket, self.key, self.policy = client, bucket, key, policy
+        self.upload_id: str | None = None
+        self.checksum: str | None = None  # "CRC32", or None: Content-MD5 per part
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+    def _retry(self, fn, what: str):
+        return retry_call(lambda: _call(fn, f"{self.uri}: {what}"), self.policy, f"{self.uri}: {what}")
+
+    def existing_bytes(self) -> int | None:
+        """Size of the object at the key, or None when there is none."""
+        from botocore.exceptions import ClientError
+
+        def head():
+            try:
+                return self.client.head_object(Bucket=self.bucket, Key=self.key)["ContentLength"]
+            except ClientError as exc:
+                if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+                    return None
+                raise
+        return self._retry(head, "HEAD")
+
+    def unfinished(self) -> list[dict]:
+        """Unfinished multipart uploads of exactly this key, newest first: [{'UploadId', 'Initiated', ...}]."""
+        found = self._retry(lambda: self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=self.key),
+                            "ListMultipartUploads")
+        uploads = [u for u in found.get("Uploads", []) if u.get("Key") == self.key]
+        return sorted(uploads, key=lambda u: u.get("Initiated"), reverse=True)
+
+    def create(self, checksum: str | None) -> str:
+        options = {"ChecksumAlgorithm": checksum} if checksum else {}
+        reply = self._retry(lambda: self.client.create_multipart_upload(Bucket=self.bucket, Key=self.key, **options),
+                            "CreateMultipartUpload")
+        self.upload_id, self.checksum = reply["UploadId"], checksum
+        return self.upload_id
+
+    def adopt(self, upload: dict) -> None:
+        """Continue an unfinished upload (from `unfinished`)."""
+        self.upload_id = upload["UploadId"]
+        self.checksum = upload.get("ChecksumAlgorithm") or None
+
+    def parts(self) -> dict[int, PartRecord]:
+        """The parts already stored, by number (every page of ListParts)."""
+        out, marker = {}, 0
+        while True:
+            page = self._retry(lambda m=marker: self.client.list_parts(
+                Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, PartNumberMarker=m), "ListParts")
+            for p in page.get("Parts", []):
+                out[p["PartNumber"]] = PartRecord(p["PartNumber"], p["Size"], p["ETag"], p.get("ChecksumCRC32"))
+            if not page.get("IsTruncated"):
+                return out
+            marker = page["NextPartNumberMarker"]
+
+    def presign_part(self, number: int, expires_s: int) -> str:
+        """A SigV4 URL that lets a rank without credentials PUT part `number` (a bearer credential)."""
+        return _call(lambda: self.client.generate_presigned_url(
+            "upload_part", Params={"Bucket": self.bucket, "Key": self.key, "UploadId": self.upload_id,
+                                   "PartNumber": number}, ExpiresIn=expires_s), f"{self.uri}: presign part {number}")
+
+    def complete(self, records: list[PartRecord], refuse_existing: bool) -> dict:
+        """Complete with the parts in order; `refuse_existing` makes the store refuse if an object
+        appeared at the key meanwhile (If-None-Match: *), where it supports the condition."""
+        parts = [{"PartNumber": r.number, "ETag": r.etag, **({"ChecksumCRC32": r.crc32} if self.checksum else {})}
+                 for r in sorted(records, key=lambda r: r.number)]
+        call = {"Bucket": self.bucket, "Key": self.key, "UploadId": self.upload_id, "MultipartUpload": {"Parts": parts}}
+        try:
+            reply = self._retry(lambda: self.client.complete_multipart_upload(
+                **call, **({"IfNoneMatch": "*"} if refuse_existing else {})), "CompleteMultipartUpload")
+        except TransportError as exc:
+            if refuse_existing and "NotImplemented" in str(exc):  # a store without conditional writes
+                reply = self._retry(lambda: self.client.complete_multipart_upload(**call), "CompleteMultipartUpload")
+            else:
+                raise
+        if self.checksum == "CRC32" and reply.get("ChecksumCRC32"):
+            want = composite_crc32([r["ChecksumCRC32"] for r in parts])
+            if reply["ChecksumCRC32"] != want:
+                raise TransportError(f"{self.uri}: the completed object's checksum is {reply['ChecksumCRC32']}, "
+                                     f"the parts' composite is {want}")
+        return reply
+
+    def abort(self, upload_id: str | None = None) -> None:
+        upload_id = upload_id or self.upload_id
+        self._retry(lambda: self.client.abort_multipart_upload(Bucket=self.bucket, Key=self.key, UploadId=upload_id),
+                    f"AbortMultipartUpload {upload_id}")
+
+
+class PartUploader:
+    """One rank's part uploads: through its own credentials (S3 API, CRC32) or through presigned
+    URLs rank 0 handed it (Content-MD5). Thread-safe: upload slots call `put` concurrently."""
+
+    def __init__(self, bucket: str, key: str, upload_id: str, checksum: str | None, policy: RetryPolicy, *,
+                 presigned: bool, slots: int, options: dict, client=None):
+        self.bucket, self.key, self.upload_id, self.checksum = bucket, key, upload_id, checksum
+        self.policy, self.presigned = policy, presigned
+        if presigned:
+            self._pool = _url_pool(slots, options)
+        else:  # rank 0 passes its Upload's client: making one costs 0.1-0.2 s
+            self._client = client or upload_client(slots + 1, options)
+
+    def put(self, number: int, buffer, url: str | None = None) -> PartRecord:
+        """Upload part `number` (its bytes in `buffer`) with its checksum; retried per the policy."""
+        what = f"s3://{self.bucket}/{self.key}: part {number}"
+        if self.presigned:
+            md5 = md5_b64(buffer)
+            return retry_call(lambda: _call(lambda: self._put_url(number, buffer, url, md5, what), what),
+                              self.policy, what)
+        crc = crc32_b64(buffer) if self.checksum == "CRC32" else None
+        extra = {"ChecksumCRC32": crc} if crc else {"ContentMD5": md5_b64(buffer)}
+
+        def put():
+            reply = self._client.upload_part(Bucket=self.bucket, Key=self.key, UploadId=self.upload_id,
+                                             PartNumber=number, Body=_BufferFile(buffer), **extra)
+            return PartRecord(number, len(buffer), reply["ETag"], crc)
+        return retry_call(lambda: _call(put, what), self.policy, what)
+
+    def _put_url(self, number: int, buffer, url: str, md5: str, what: str) -> PartRecord:
+        reply = self._pool.request("PUT", url, body=memoryview(buffer).cast("B"),
+                                   headers={"Content-MD5": md5, "Content-Length": str(len(buffer))})
+        if reply.status != 200:
+            text = reply.data[:300].decode("utf-8", "replace")
+            code = text.split("<Code>", 1)[1].split("<", 1)[0] if "<Code>" in text else str(reply.status)
+            message = f"{what}: HTTP {reply.status} {code}"
+            if reply.status >= 500 or code in _RETRYABLE_CODES:
+                raise RetryableError(message, kind=code)
+            raise TransportError(message)
+        return PartRecord(number, len(buffer), reply.headers.get("ETag", ""), None)
+
+
+def _url_pool(slots: int, options: dict):
+    """urllib3 pool for presigned PUTs: TLS trust and proxy resolved as every engine resolves them."""
+    import urllib3
+
+    from ingest.transports.environment import resolve
+
+    env = resolve({k: options[k] for k in ("endpoint_url", "verify_tls", "ca_bundle") if options.get(k) is not None})
+    verify, ca_file = env.tls_for(env.endpoint_url)
+    tls = {"cert_reqs": "CERT_REQUIRED" if verify else "CERT_NONE", **({"ca_certs": ca_file} if ca_file else {})}
+    timeout = urllib3.Timeout(connect=options.get("connect_timeout") or 10.0, read=options.get("read_timeout") or 60.0)
+    pool = dict(num_pools=2, maxsize=max(1, slots), block=True, retries=False, timeout=timeout, **tls)
+    proxy = env.proxy_for(env.endpoint_url) if env.endpoint_url else None
+    return urllib3.ProxyManager(proxy, **pool) if proxy else urllib3.PoolManager(**pool)

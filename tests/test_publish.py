@@ -1,0 +1,253 @@
+"""`publish` against the real versitygw the tests start: regions from every rank written back as one
+object, read back by astropy and h5py bit for bit; refusals that leave the store as it was; a
+corrupted part refused by the store; a rank killed mid-upload (nothing visible; --resume completes
+it); a connection cut behind Toxiproxy. MPI jobs run as real `mpiexec` children.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import uuid
+import warnings
+
+import numpy as np
+import pytest
+from astropy.io import fits
+
+from ingest.testbed.synth import write_cube
+from tests.mpitools import ROOT, child_env, cli, mpiexec
+
+pytestmark = pytest.mark.timeout(240)
+
+SHAPE = (64, 256, 320)  # float32, 20 MiB: five 5 MiB parts over three or four ranks
+HALO = 4
+
+
+def _objects(client, bucket, key):
+    """(object size or None, unfinished upload ids) at bucket/key."""
+    uploads = [u["UploadId"] for u in client.list_multipart_uploads(Bucket=bucket, Prefix=key).get("Uploads", [])
+               if u["Key"] == key]
+    try:
+        size = client.head_object(Bucket=bucket, Key=key)["ContentLength"]
+    except client.exceptions.ClientError:
+        size = None
+    return size, uploads
+
+
+def _body(client, bucket, key) -> bytes:
+    return client.get_object(Bucket=bucket, Key=key)["Body"].read()
+
+
+@pytest.fixture(scope="module")
+def store(s3_server, tmp_path_factory):
+    """A bucket, a synthetic cube uploaded to it, and that cube pre-staged (frame, 2x2 grid, halo) by 4 ranks."""
+    work = tmp_path_factory.mktemp("publish")
+    path = work / "cube.fits"
+    write_cube(path, SHAPE, -32)
+    bucket = s3_server.make_bucket(f"publish-{uuid.uuid4().hex[:8]}")
+    s3_server.client().upload_file(str(path), bucket, "in/cube.fits")
+    staged = work / "staged"
+    proc, _ = mpiexec(4, ["prestage", "--source", f"s3://{bucket}/in/cube.fits", "--output-dir", staged,
+                          "--grid", "2x2x1", "--halo", HALO, "--no-probe", "--no-progress"], child_env(s3_server))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return {"bucket": bucket, "path": path, "bytes": path.read_bytes(), "staged": str(staged), "work": work,
+            "client": s3_server.client()}
+
+
+def publish_job(s3_server, n, args, harness=None, timeout_s=120):
+    python_args = ("-m", "ingest") if harness is None else harness
+    return mpiexec(n, ["publish", "--no-progress", *args], child_env(s3_server), timeout_s=timeout_s,
+                   python_args=python_args)[0]
+
+
+# ------------------------------------------------------------------ in memory, through the Python API
+
+@pytest.fixture(scope="module")
+def api_results(s3_server, store):
+    """tests/publish_child.py under mpiexec -n 3: every scenario's read-back, by name."""
+    env = child_env(s3_server, AWS_CONFIG_FILE="/nonexistent", AWS_SHARED_CREDENTIALS_FILE="/nonexistent")
+    proc, _ = mpiexec(3, [store["bucket"]], env, python_args=(os.path.join(ROOT, "tests", "publish_child.py"),))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    return {line["scenario"]: line for line in lines}
+
+
+def test_api_fits_halo_regions_in_native_order(api_results):
+    r = api_results["fits_halo"]
+    assert r["equal"] and r["method"] == "s3" and r["parts"] == 3  # poisoned halos: owners' voxels only
+    assert (r["object"], r["crpix1"], r["bitpix"]) == ("publish test", 10.0, -32)
+    assert r["memory_bound_bytes"] == 2 * r["part_bytes"]  # 2 parts in flight + a send buffer of at most one part
+
+
+def test_api_presigned_when_ranks_have_no_credentials(api_results):
+    assert api_results["presigned"]["method"] == "presigned" and api_results["presigned"]["equal"]
+
+
+def test_api_four_dimensional_cube(api_results):
+    assert api_results["fits_4d"]["equal"] and api_results["fits_4d"]["bitpix"] == 16
+
+
+def test_api_hdf5_dataset_contiguous_with_its_attributes(api_results):
+    r = api_results["hdf5"]
+    assert r["equal"] and r["layout"] == 1 and r["dtype"] == "<f4"  # h5d.CONTIGUOUS
+    assert (r["bunit"], r["crpix1"]) == ("Jy/beam", 10.0)
+
+
+# ------------------------------------------------------------------ from files, on the command line
+
+def test_frame_prestage_publishes_the_source_byte_for_byte_then_refuses_to_overwrite(s3_server, store, tmp_path):
+    bucket, client = store["bucket"], store["client"]
+    report = tmp_path / "publish.json"
+    proc = publish_job(s3_server, 4, ["--source", store["staged"], "--dest", f"s3://{bucket}/out/frame.fits",
+                                      "--report", report])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _body(client, bucket, "out/frame.fits") == store["bytes"]
+    facts = json.loads(report.read_text())
+    assert facts["method"] == "s3" and facts["checksum"] == "CRC32" and facts["parts"] == 5
+    assert sum(r["parts_uploaded"] for r in facts["ranks"]) == 5
+    etag = client.head_object(Bucket=bucket, Key="out/frame.fits")["ETag"]
+
+    again = cli(["publish", "--source", store["staged"], "--dest", f"s3://{bucket}/out/frame.fits", "--no-progress"],
+                child_env(s3_server))  # one process, no mpiexec
+    assert again.returncode == 1 and "already exists" in again.stderr and "--overwrite" in again.stderr
+    assert client.head_object(Bucket=bucket, Key="out/frame.fits")["ETag"] == etag
+    assert _objects(client, bucket, "out/frame.fits")[1] == []  # refused before any upload began
+
+
+def test_pipeline_region_files_become_one_mask_cube_through_presigned_urls(s3_server, store):
+    """A pipeline's per-region outputs (SoFiA-2 style int32 masks, region-sized, halos poisoned)
+    published with boxes from the pre-stage manifest, the header from the frame, BITPIX from the masks."""
+    from ingest.core.ownership import owned_boxes
+
+    manifest = json.loads(open(os.path.join(store["staged"], "manifest.json")).read())
+    boxes = [tuple(tuple(p) for p in r["box"]) for r in manifest["regions"]]
+    owned = owned_boxes(boxes, SHAPE)
+    expected = (np.arange(np.prod(SHAPE)) % 7 + 1).astype(">i4").reshape(SHAPE)
+    os.makedirs(os.path.join(store["staged"], "masks"), exist_ok=True)
+    for i, box in enumerate(boxes):
+        values = expected[tuple(slice(a, b) for a, b in box)].copy()
+        keep = np.zeros(values.shape, bool)
+        for b in owned[i]:
+            keep[tuple(slice(lo - a, hi - a) for (lo, hi), (a, _) in zip(b, box))] = True
+        values[~keep] = -1
+        fits.PrimaryHDU(values).writeto(os.path.join(store["staged"], "masks", f"run_{i + 1:03d}_mask.fits"))
+    bucket, client = store["bucket"], store["client"]
+    proc = publish_job(s3_server, 3, ["--source", store["staged"], "--region-files", "masks/run_{index:03d}_mask.fits",
+                                      "--dest", f"s3://{bucket}/out/mask.fits", "--upload-method", "presigned"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with warnings.catch_warnings(), fits.open(io.BytesIO(_body(client, bucket, "out/mask.fits"))) as f:
+        warnings.simplefilter("ignore")
+        assert f[0].header["BITPIX"] == 32 and np.array_equal(f[0].data, expected)
+        source = fits.getheader(store["path"])
+        assert all(f[0].header[k] == source[k] for k in ("CRPIX1", "CTYPE3", "CDELT2"))
+
+
+def test_unfinished_upload_is_refused_then_discarded_with_overwrite(s3_server, store):
+    bucket, client, key = store["bucket"], store["client"], "out/stale.fits"
+    stale = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    args = ["publish", "--source", store["staged"], "--dest", f"s3://{bucket}/{key}", "--no-progress"]
+    refused = cli(args, child_env(s3_server))
+    assert refused.returncode == 1 and stale in refused.stderr and "--resume" in refused.stderr
+    assert _objects(client, bucket, key) == (None, [stale])
+    done = cli(args + ["--overwrite"], child_env(s3_server))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert _objects(client, bucket, key) == (len(store["bytes"]), [])
+    assert _body(client, bucket, key) == store["bytes"]
+
+
+def test_bad_input_names_the_field_and_writes_nothing(s3_server, store, tmp_path):
+    bucket = store["bucket"]
+    bad_dest = cli(["publish", "--source", store["staged"], "--dest", f"{bucket}/x.fits"], child_env(s3_server))
+    assert bad_dest.returncode == 1 and "dest: S3 URI" in bad_dest.stderr
+    empty = cli(["publish", "--source", tmp_path, "--dest", f"s3://{bucket}/x.fits"], child_env(s3_server))
+    assert empty.returncode == 1 and "nothing to publish" in empty.stderr
+    assert _objects(store["client"], bucket, "x.fits") == (None, [])
+
+
+# ------------------------------------------------------------------ the store verifies every part
+
+@pytest.mark.parametrize("presigned", [False, True], ids=["crc32", "content-md5"])
+def test_a_corrupted_part_is_refused_by_the_store(s3_env, store, monkeypatch, presigned):
+    import ingest.staging.multipart as multipart
+    from ingest.transports.retry import RetryPolicy
+
+    bucket, key = store["bucket"], f"corrupt/{presigned}.bin"
+    upload = multipart.Upload(multipart.upload_client(2), bucket, key, RetryPolicy(retries=1, backoff_s=0.01))
+    upload.create(None if presigned else "CRC32")
+    body = np.frombuffer(os.urandom(5 << 20), np.uint8)
+    url = upload.presign_part(1, 600) if presigned else None
+    uploader = multipart.PartUploader(bucket, key, upload.upload_id, upload.checksum, upload.policy,
+                                      presigned=presigned, slots=1, options={})
+    real = multipart.md5_b64 if presigned else multipart.crc32_b64
+    # The checksum of other bytes: what the store sees when the part is damaged after it was summed.
+    monkeypatch.setattr(multipart, "md5_b64" if presigned else "crc32_b64", lambda b: real(bytes(b)[::-1]))
+    with pytest.raises(multipart.TransportError, match=rf"s3://{bucket}/{key}: part 1.*BadDigest"):
+        uploader.put(1, body, url)
+    monkeypatch.undo()
+    assert upload.parts() == {}  # nothing stored
+    record = uploader.put(1, body, url)  # the honest checksum passes
+    assert multipart.part_matches(record, body) and list(upload.parts()) == [1]
+    upload.abort()
+
+
+# ------------------------------------------------------------------ failures mid-upload
+
+KILL = (os.path.join(ROOT, "tests", "mpi_harness_publish.py"), "1")
+
+
+def test_rank_killed_mid_upload_leaves_nothing(s3_server, store):
+    bucket, client, key = store["bucket"], store["client"], "out/killed.fits"
+    proc = publish_job(s3_server, 3, ["--source", store["staged"], "--dest", f"s3://{bucket}/{key}"], harness=KILL)
+    assert proc.returncode != 0
+    assert _objects(client, bucket, key) == (None, [])  # rank 0 aborted the upload on the launcher's SIGTERM
+
+
+def test_rank_killed_with_resume_keeps_the_upload_and_resume_completes_it(s3_server, store, tmp_path):
+    bucket, client, key = store["bucket"], store["client"], "out/resumed.fits"
+    args = ["--source", store["staged"], "--dest", f"s3://{bucket}/{key}", "--resume"]
+    proc = publish_job(s3_server, 3, args, harness=KILL)
+    assert proc.returncode != 0
+    size, uploads = _objects(client, bucket, key)
+    assert size is None and len(uploads) == 1
+    stored = client.list_parts(Bucket=bucket, Key=key, UploadId=uploads[0]).get("Parts", [])
+    assert len(stored) >= 1  # the killed rank's first part at least
+    report = tmp_path / "resume.json"
+    again = publish_job(s3_server, 3, args + ["--report", report])
+    assert again.returncode == 0, again.stderr[-3000:]
+    facts = json.loads(report.read_text())
+    assert facts["resumed"] and facts["parts_stored_before"] == len(stored)
+    assert sum(r["parts_verified"] for r in facts["ranks"]) == len(stored)
+    assert sum(r["parts_uploaded"] for r in facts["ranks"]) == facts["parts"] - len(stored)
+    assert _objects(client, bucket, key) == (len(store["bytes"]), [])
+    assert _body(client, bucket, key) == store["bytes"]
+
+
+def test_cut_connection_aborts_then_resume_finishes_after_the_link_heals(s3_server, store, toxiproxy, tmp_path):
+    bucket, client, key = store["bucket"], store["client"], "out/cut.fits"
+    name = f"publish_{uuid.uuid4().hex[:8]}"
+    listen = toxiproxy.create_proxy(name, f"127.0.0.1:{s3_server.port}")
+    harness = (os.path.join(ROOT, "tests", "mpi_harness_fault.py"), "1", f"http://{listen}")  # rank 1 via the proxy
+    toxiproxy.add_toxic(name, "limit_data", {"bytes": 1 << 20}, stream="upstream")  # every PUT cut at 1 MiB
+    args = ["--source", store["staged"], "--dest", f"s3://{bucket}/{key}", "--retries", "1",
+            "--retry-backoff-s", "0.05"]
+    try:
+        failed = publish_job(s3_server, 3, args, harness=harness)
+        assert failed.returncode == 1
+        assert "rank 1: part" in failed.stderr and f"s3://{bucket}/{key}" in failed.stderr
+        assert "the upload was aborted" in failed.stderr
+        assert _objects(client, bucket, key) == (None, [])
+        kept = publish_job(s3_server, 3, args + ["--resume"], harness=harness)
+        assert kept.returncode == 1 and "--resume continues it" in kept.stderr
+        assert _objects(client, bucket, key)[0] is None and len(_objects(client, bucket, key)[1]) == 1
+        toxiproxy.remove_toxic(name, "limit_data_upstream")
+        report = tmp_path / "healed.json"
+        healed = publish_job(s3_server, 3, args + ["--resume", "--report", report], harness=harness)
+        assert healed.returncode == 0, healed.stderr[-3000:]
+        facts = json.loads(report.read_text())
+        assert facts["resumed"] and facts["ranks"][1]["parts_uploaded"] >= 1  # the healed rank uploaded its parts
+        assert _body(client, bucket, key) == store["bytes"]
+    finally:
+        toxiproxy.delete_proxy(name)
+    assert sys.version_info >= (3, 11)
