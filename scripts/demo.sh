@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo: a local S3 server, a synthetic cube, and ingest at 1, 2 and 4 ranks three ways
 # (presigned URL, S3 API, and the staging baseline: copy + read), 3 repeats each, every run with
-# its report; then the makespan-vs-ranks figure drawn from the reports. Safe to re-run.
+# its report; then the ranks write their boxes back as one object (publish), checked byte for byte
+# against the source; then the makespan-vs-ranks figure drawn from the reports. Safe to re-run.
 #   bash scripts/demo.sh   (DEMO_SHAPE=512x512x256 DEMO_RANKS=1,2,4 DEMO_REPEATS=3 to change it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,13 +33,14 @@ python -m ingest info s3://survey/cube.fits
 echo "== 3. what the plan looks like for rank 0's box"
 python -m ingest plan s3://survey/cube.fits --region "0:64,:,:" --requests 3
 
-echo "== 4. the sweep: $ranks ranks, direct (presigned, s3) and staging (copy + read), $repeats repeats"
+echo "== 4. the sweep: $ranks ranks, direct (presigned, s3) and staging (copy + read), $repeats repeats;"
+echo "   then the $max_ranks ranks publish their boxes back as one object (python -m ingest publish's API)"
 echo "   (one mpiexec -n $max_ranks launch; each line is a real ingest.driver.run job and its report;"
 echo "    the same job from the shell: mpiexec -n 4 python -m ingest run --source s3://survey/cube.fits"
 echo "    --method presigned --config configs/demo.toml --compare staging --stage-dir DIR --report r.json)"
 mpiexec -n "$max_ranks" --oversubscribe --bind-to none python scripts/demo_sweep.py \
   --source s3://survey/cube.fits --config configs/demo.toml --ranks "$ranks" --repeats "$repeats" \
-  --out "$out" --stage-dir "$work/stage"
+  --out "$out" --stage-dir "$work/stage" --publish s3://survey/copy.fits
 
 echo "== 5. tables and the figure, drawn from the report JSON alone"
 python -m ingest report "$out/presigned-n$max_ranks-r1.json"
