@@ -12,6 +12,7 @@ command -v mpiexec >/dev/null 2>&1 || need_apt+=(openmpi-bin libopenmpi-dev)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 { command -v sshfs && [ -x /usr/sbin/sshd ]; } >/dev/null 2>&1 || need_apt+=(sshfs openssh-server)  # testbed/cluster: shared fs
 command -v tinyproxy >/dev/null 2>&1 || need_apt+=(tinyproxy-bin)  # tests: forward proxy; -bin: the binary alone, no service left running
+/usr/bin/python3 -c "import ensurepip, venv" >/dev/null 2>&1 || need_apt+=(python3 python3-venv)  # tests: a user's fresh venv
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
