@@ -12,7 +12,9 @@ make which series, and their medians, come from ingest.study.summary: this file 
   fig3_staging_vs_s3.png         Fig. 3: staging total (fastest tool: copy + read) vs S3 API
   fig6_threads.png               Fig. 6: ingest time vs threads, one process
   fig7_staging_vs_presigned.png  Fig. 7: staging total (fastest tool) vs presigned URL
-Every point is the median of the ok repeats with a min..max bar.
+Every point is the median of the ok repeats with a min..max bar. A study on the emulated cluster
+(meta "cluster") also draws each series' physical limit as a dotted line, each point labelled with
+its binding pipe (summary.limit_lines, from ingest/testbed/cluster/limits.py).
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ XLABELS = {"fig6": "threads per rank (one process)"}
 LOG_Y_RATIO = 30.0
 
 
-def _draw(fig_id: str, series: list, out_dir: str) -> tuple[list[str], list[str]]:
+def _draw(fig_id: str, series: list, out_dir: str, limits: list | None = None) -> tuple[list[str], list[str]]:
     drawn = [s for s in series if s.has_data()]
     path = os.path.join(out_dir, FILES[fig_id])
     if not drawn:
@@ -61,6 +63,15 @@ def _draw(fig_id: str, series: list, out_dir: str) -> tuple[list[str], list[str]
                         fontsize="x-small")
         medians += mids
         xticks.update(xs)
+    for line, dash in zip(limits or [], (":", "-.", (0, (1, 4)))):
+        xs = sorted(line.seconds)
+        if not xs:
+            continue
+        ys = [line.seconds[x] for x in xs]
+        ax.plot(xs, ys, linestyle=dash, color="black", alpha=0.7, label=line.label)
+        for x, y in zip(xs, ys):
+            ax.annotate(line.binding[x], (x, y), textcoords="offset points", xytext=(3, -10), fontsize="xx-small")
+        medians += ys
     ax.set_xticks(sorted(xticks))  # the measured counts only: 3 threads means nothing here
     ax.set_xlabel(XLABELS.get(fig_id, "processes (MPI ranks)"))
     ax.set_ylabel("time (s), median of repeats, bar: min..max")
@@ -78,33 +89,34 @@ def _draw(fig_id: str, series: list, out_dir: str) -> tuple[list[str], list[str]
     return [path], [s.label for s in drawn]
 
 
-def fig1_staging_read(rows: list[dict], out_dir: str) -> tuple[list[str], list[str]]:
-    return _draw("fig1", summary.figure_series("fig1", rows), out_dir)
+def fig1_staging_read(rows: list[dict], out_dir: str, meta: dict | None = None) -> tuple[list[str], list[str]]:
+    return _draw("fig1", summary.figure_series("fig1", rows), out_dir, summary.limit_lines("fig1", rows, meta))
 
 
-def fig2_s3_api(rows: list[dict], out_dir: str) -> tuple[list[str], list[str]]:
-    return _draw("fig2", summary.figure_series("fig2", rows), out_dir)
+def fig2_s3_api(rows: list[dict], out_dir: str, meta: dict | None = None) -> tuple[list[str], list[str]]:
+    return _draw("fig2", summary.figure_series("fig2", rows), out_dir, summary.limit_lines("fig2", rows, meta))
 
 
-def fig3_staging_vs_s3(rows: list[dict], out_dir: str) -> tuple[list[str], list[str]]:
-    return _draw("fig3", summary.figure_series("fig3", rows), out_dir)
+def fig3_staging_vs_s3(rows: list[dict], out_dir: str, meta: dict | None = None) -> tuple[list[str], list[str]]:
+    return _draw("fig3", summary.figure_series("fig3", rows), out_dir, summary.limit_lines("fig3", rows, meta))
 
 
-def fig6_threads(rows: list[dict], out_dir: str) -> tuple[list[str], list[str]]:
-    return _draw("fig6", summary.figure_series("fig6", rows), out_dir)
+def fig6_threads(rows: list[dict], out_dir: str, meta: dict | None = None) -> tuple[list[str], list[str]]:
+    return _draw("fig6", summary.figure_series("fig6", rows), out_dir, summary.limit_lines("fig6", rows, meta))
 
 
-def fig7_staging_vs_presigned(rows: list[dict], out_dir: str) -> tuple[list[str], list[str]]:
-    return _draw("fig7", summary.figure_series("fig7", rows), out_dir)
+def fig7_staging_vs_presigned(rows: list[dict], out_dir: str, meta: dict | None = None) -> tuple[list[str], list[str]]:
+    return _draw("fig7", summary.figure_series("fig7", rows), out_dir, summary.limit_lines("fig7", rows, meta))
 
 
 DRAW = {"fig1": fig1_staging_read, "fig2": fig2_s3_api, "fig3": fig3_staging_vs_s3, "fig6": fig6_threads,
         "fig7": fig7_staging_vs_presigned}
 
 
-def draw_all(rows: list[dict], out_dir: str) -> dict[str, tuple[list[str], list[str]]]:
-    """figure id -> (paths, series) for every figure; absent ones map to ([], [])."""
-    return {fig_id: draw(rows, out_dir) for fig_id, draw in DRAW.items()}
+def draw_all(rows: list[dict], out_dir: str, meta: dict | None = None) -> dict[str, tuple[list[str], list[str]]]:
+    """figure id -> (paths, series) for every figure; absent ones map to ([], []). meta: the
+    study's (db.load), for the limit lines of a cluster study."""
+    return {fig_id: draw(rows, out_dir, meta) for fig_id, draw in DRAW.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.exists(path):
         print(f"study_figures.py: error: {path}: no study database", file=sys.stderr)
         return 1
-    rows, _ = db.load(path)
-    for fig_id, (paths, _series) in draw_all(rows, args.out or os.path.join(args.dir, "figures")).items():
+    rows, meta = db.load(path)
+    for fig_id, (paths, _series) in draw_all(rows, args.out or os.path.join(args.dir, "figures"), meta).items():
         print(paths[0] if paths else f"{fig_id}: no data, not drawn")
     return 0
 

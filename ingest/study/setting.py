@@ -54,6 +54,24 @@ class Setting:
     env: dict  # environment for every child (endpoint, keys, what mpiexec needs as root)
     links: dict = field(default_factory=dict)  # profile -> endpoint URL the children use
     _stack: ExitStack = field(default_factory=ExitStack)
+    cluster: object | None = None  # the running ingest.testbed.cluster.Cluster (setting "cluster")
+    local_cube: str | None = None  # a local copy of the cube, for its header (the store is out of reach)
+
+    def launch(self, template: str, ranks: int, argv: list[str]) -> list[str]:
+        """The command running argv on `ranks` ranks: the template's launcher, or the cluster's
+        mpiexec (in its hub namespace, placed node by node over its hostfile)."""
+        if self.cluster is not None:
+            return self.cluster.mpiexec_command(argv, ranks)
+        return [*launcher_argv(template, ranks), *argv]
+
+    def stage_dirs(self, out_dir: str, stem: str) -> tuple[str, str]:
+        """(the ranks' path, this process's path) of one run's staging directory: on a cluster
+        the shared filesystem (mounted at one path on every node; its export here)."""
+        if self.cluster is None:
+            path = os.path.join(out_dir, "stage", stem)
+            return path, path
+        return (os.path.join(self.cluster.shared_dir, "stage", stem),
+                os.path.join(self.cluster.fs.export_dir, "stage", stem))
 
     def env_for(self, link: str) -> dict:
         """The children's environment for one link profile: its endpoint in place of the store's."""
@@ -120,10 +138,33 @@ def _proxies(cfg: StudyConfig, endpoint: str, stack: ExitStack) -> dict:
     return links
 
 
+def _cluster(cfg: StudyConfig, out_dir: str, stack: ExitStack) -> Setting:
+    """Build the emulated cluster of cfg.cluster and upload the synthetic cube into its store
+    (kept in DIR/embedded, so a resumed study uploads the same cube into its new cluster)."""
+    from ingest.testbed.cluster import Cluster
+    from ingest.testbed.synth import parse_fits_shape, write_cube
+
+    emb = cfg.embedded
+    base = os.path.join(out_dir, "embedded")
+    os.makedirs(base, exist_ok=True)
+    cube_path = os.path.join(base, "cube.fits")
+    if not os.path.exists(cube_path):
+        write_cube(cube_path, parse_fits_shape(emb["shape"]), emb["bitpix"])
+    cluster = stack.enter_context(Cluster(cfg.cluster))
+    source = cluster.put_file(cube_path, emb["key"])
+    # as Cluster.mpiexec: no AWS_*, OMPI_*, PMIX_* of ours (they would steer the ranks elsewhere)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "OMPI_", "PMIX_"))}
+    env.update(cluster.env(), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return Setting(source, env, {}, stack, cluster=cluster, local_cube=cube_path)
+
+
 def open_setting(cfg: StudyConfig, out_dir: str) -> Setting:
-    """Start (or find) the store and the link proxies; the caller closes the Setting."""
+    """Start (or find) the store and the link proxies, or build the cluster; the caller closes
+    the Setting."""
     stack = ExitStack()
     try:
+        if cfg.cluster is not None:
+            return _cluster(cfg, out_dir, stack)
         if cfg.embedded is not None:
             source, extra = _embedded(cfg, out_dir, stack)
         else:

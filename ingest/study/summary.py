@@ -204,6 +204,72 @@ def figure_series(fig: str, rows: list[dict]) -> list[Series]:
     raise ValueError(f"unknown figure {fig!r}")
 
 
+@dataclass
+class LimitLine:
+    """A figure's physical limit (ingest.testbed.cluster.limits): x -> seconds, x -> binding term."""
+    label: str
+    seconds: dict = field(default_factory=dict)
+    binding: dict = field(default_factory=dict)
+
+
+def _limit_line(label: str, rows: list[dict], spec, source: str, x, object_bytes=None) -> LimitLine:
+    from ingest.testbed.cluster.limits import spec_limit
+
+    line = LimitLine(label)
+    for xv, xrows in sorted(groups(rows, x).items()):
+        wire = median_of(xrows, "bytes_wire") or median_of(xrows, "bytes_needed")
+        if wire is None:
+            continue
+        lim = spec_limit(spec, wire, ranks_of(xrows[0]), source=source, object_bytes=object_bytes)
+        line.seconds[xv], line.binding[xv] = lim.seconds, lim.binding
+    return line
+
+
+def limit_lines(fig: str, rows: list[dict], meta: dict | None) -> list[LimitLine]:
+    """The physical limit of each of a figure's series, for a study run on the emulated cluster
+    (meta "cluster": its spec); [] elsewhere. Bytes: each point's median wire bytes."""
+    if not (meta or {}).get("cluster"):
+        return []
+    from ingest.testbed.cluster.limits import spec_from_record
+
+    spec = spec_from_record(meta["cluster"])
+    object_bytes = (meta.get("cube") or {}).get("object_bytes")
+    staged = of(rows, "processes", method="staging")
+    if fig == "fig1":
+        return [_limit_line("limit: staged read (fs or node NIC) + latency", staged, spec, "fs", ranks_of)]
+    if fig == "fig2":
+        return [_limit_line("limit: S3 read (store egress or node NIC) + latency", of(rows, "processes", method="s3"),
+                            spec, "store", ranks_of)]
+    if fig in ("fig3", "fig7"):
+        method = "s3" if fig == "fig3" else "presigned"
+        out = [_limit_line(f"limit: direct {METHOD_LABELS[method]}", of(rows, "processes", method=method), spec,
+                           "store", ranks_of)]
+        if object_bytes:
+            out.append(_limit_line("limit: staging copy via node 0 + read", staged, spec, "staging", ranks_of,
+                                   object_bytes))
+        return out
+    if fig == "fig6":
+        return [_limit_line("limit: one process (node NIC) + latency",
+                            [r for r in rows if r["experiment"] == "threads"], spec, "store", threads_of)]
+    raise ValueError(f"unknown figure {fig!r}")
+
+
+def cluster_text(meta: dict | None) -> str | None:
+    """STUDY.md's line on the emulated cluster's topology and rates, or None."""
+    c = (meta or {}).get("cluster")
+    if not c:
+        return None
+    mb = 1e6
+    return (f"emulated cluster (ingest.testbed.cluster): {c['nodes']} nodes x {c['ranks_per_node']} slots; "
+            f"each node's NIC {c['node']['nic_rate_bytes_per_s'] / mb:g} MB/s each way (store and filesystem "
+            f"traffic; MPI uncapped); the store's egress {c['store']['egress_rate_bytes_per_s'] / mb:g} MB/s shared "
+            f"by every node, +{c['store']['latency_s'] * 1000:g} ms per reply (Toxiproxy); the shared filesystem "
+            f"(sshfs) {c['fs']['rate_bytes_per_s'] / mb:g} MB/s each way, +{c['fs']['latency_s'] * 1000:g} ms per "
+            "reply. Rates are of IP bytes (tc HTB). Limit lines: wire bytes / the binding pipe + one latency "
+            "(ingest/testbed/cluster/limits.py); staging adds the whole cube's copy through node 0 "
+            "(store -> NIC -> filesystem, the slowest of the three)")
+
+
 # figure -> (experiment, processes methods it needs)
 _NEEDS = {"fig1": ("processes", ("staging",)), "fig2": ("processes", ("s3",)),
           "fig3": ("processes", ("staging", "s3")), "fig6": ("threads", ()),

@@ -190,16 +190,17 @@ class Cluster:
         """Upload a local file into the spec's bucket; returns its s3:// URL."""
         return self.store.put_file(path, self.spec.store.bucket, key)
 
-    def mpiexec_command(self, argv: list[str], n_ranks: int | None = None) -> list[str]:
+    def mpiexec_command(self, argv: list[str], n_ranks: int | None = None, map_by: str | None = None) -> list[str]:
         """The mpiexec command line (to run in the hub namespace) for argv on n_ranks ranks
-        (default: every slot), placed node by node as the hostfile's slots say."""
+        (default: every slot), placed node by node as the hostfile's slots say, or by Open
+        MPI's --map-by (map_by="node": round-robin, ranks spread evenly over the nodes)."""
         n_ranks = n_ranks or self.spec.nodes * self.spec.ranks_per_node
         return [
             "ip", "netns", "exec", self.hub, "mpiexec", "-n", str(n_ranks), "--hostfile", self.hostfile,
             "--mca", "plm_rsh_agent", self.agent,
             "--mca", "plm_rsh_no_tree_spawn", "1",  # every daemon started from the hub, one hop
             "--mca", "oob_tcp_if_include", SUBNET, "--mca", "btl_tcp_if_include", SUBNET,
-            "--bind-to", "none", *argv,
+            "--bind-to", "none", *(["--map-by", map_by] if map_by else []), *argv,
         ]
 
     def mpiexec(self, args: list[str], n_ranks: int | None = None, env: dict | None = None,

@@ -1,0 +1,273 @@
+"""Makespan / physical limit on the emulated cluster: N ranks over M nodes, direct S3 reads and the
+staging baseline, per workload, with where each cell's bottleneck is.
+
+Each node count builds one cluster (ingest.testbed.cluster: configs/cluster.toml's rates, its
+node count overridden) and uploads one synthetic cube; every cell is a real `mpiexec python -m
+ingest run|stage` on its nodes, ranks spread round-robin (`--map-by node`). The limit is
+ingest/testbed/cluster/limits.py's, the one the study's figures draw: the cell's wire bytes
+through the binding pipe (node NIC, store egress, shared filesystem) plus one latency; staging
+adds the whole cube's copy through node 0 (s5cmd on rank 0). The bottleneck column is the
+limit's binding term, or "client CPU" when the cell ran at over CPU_BOUND_RATIO x its limit
+while this machine's cores were at least CPU_BUSY busy (sampled from /proc/stat over the read).
+
+    python -m bench.cluster [--nodes 1,2,4] [--ranks 1,2,4,8,16] [--workloads whole,thin,s2p]
+                            [--methods direct,staging] [--repeats 1]
+Needs root (network namespaces) and scripts/setup.sh's tools; s5cmd from the bench extra.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+if __package__ in (None, ""):  # run as a file: make `bench` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import common
+from ingest.testbed.cluster import Cluster, load_spec, unavailable_reason
+from ingest.testbed.cluster.limits import spec_limit
+from ingest.testbed.synth import write_cube
+
+NAME = "cluster"
+CONFIG = os.path.join(common.REPO_ROOT, "configs", "cluster.toml")
+SHAPE = (64, 512, 512)  # numpy order, float32: 64 MiB, 0.5 MiB per plane
+CPU_BOUND_RATIO = 2.0  # over 2x the pipes' limit ...
+CPU_BUSY = 0.9  # ... with the machine's cores >= 90% busy: the client's CPU, not a pipe, set the pace
+RUN_TIMEOUT_S = 300.0
+
+
+def _thin_region(shape) -> str:
+    """Seed 001's thin box (bench/reads.py): every channel, a centred window 1/16 of the side."""
+    nchan, ny, nx = shape
+    w = max(1, nx // 16)
+    y0, x0 = (ny - w) // 2, (nx - w) // 2
+    return f"0:{nchan},{y0}:{y0 + w},{x0}:{x0 + w}"
+
+
+def workload_args(name: str, shape) -> list[str]:
+    """The ingest options of each workload: the whole cube over the ranks, the thin box over the
+    ranks, or s2p_setup's regions (a quarter of the plane, half the channels, FITS order)."""
+    nchan, ny, nx = shape
+    return {"whole": ["--grid", "auto"],
+            "thin": ["--region", _thin_region(shape), "--grid", "auto"],
+            "s2p": ["--region-shape", f"{nx // 2}x{ny // 2}x{nchan // 2}"]}[name]
+
+
+class CpuSampler:
+    """/proc/stat every 50 ms on a thread: busy fraction of all cores over any window."""
+
+    def __init__(self, period_s: float = 0.05):
+        self.period_s, self.samples, self._stop = period_s, [], threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    @staticmethod
+    def _read():
+        with open("/proc/stat") as fh:
+            vals = [int(v) for v in fh.readline().split()[1:]]
+        idle = vals[3] + vals[4]
+        return sum(vals) - idle, sum(vals)
+
+    def _loop(self):
+        while not self._stop.is_set():
+            self.samples.append((time.time(), *self._read()))
+            time.sleep(self.period_s)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def busy(self, t0: float, t1: float) -> float | None:
+        inside = [s for s in self.samples if t0 - self.period_s <= s[0] <= t1 + self.period_s]
+        if len(inside) < 2 or inside[-1][2] == inside[0][2]:
+            return None
+        return (inside[-1][1] - inside[0][1]) / (inside[-1][2] - inside[0][2])
+
+
+def _cell(cluster: Cluster, url: str, shape, workload: str, method: str, ranks: int, nodes: int,
+          object_bytes: int, work_dir: str, sampler: CpuSampler) -> dict:
+    report = os.path.join(work_dir, f"report-{workload}-{method}-n{nodes}-p{ranks}.json")
+    if os.path.exists(report):
+        os.remove(report)
+    stage_here = os.path.join(cluster.fs.export_dir, "stage")
+    argv = [*(["run", "--method", "s3"] if method == "direct" else
+              ["stage", "--method", "s3", "--stage-with", "s5cmd", "--stage-dir",
+               os.path.join(cluster.shared_dir, "stage")]),
+            "--source", url, *workload_args(workload, shape), "--threads", "4", "--report", report, "--no-progress"]
+    if method == "staging":
+        os.makedirs(stage_here, exist_ok=True)
+    cmd = cluster.mpiexec_command([sys.executable, "-m", "ingest", *argv], ranks, map_by="node")
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "OMPI_", "PMIX_"))}
+    child_env.update(cluster.env(), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    import subprocess
+
+    t_start = time.time()
+    proc = subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+                          stdin=subprocess.DEVNULL)
+    shutil.rmtree(stage_here, ignore_errors=True)
+    row = {"workload": workload, "method": method, "nodes": nodes, "ranks": ranks,
+           "ranks_per_node": math.ceil(ranks / nodes), "wall_s": time.time() - t_start}
+    if proc.returncode != 0 or not os.path.exists(report):
+        return {**row, "status": "failed", "stderr_tail": proc.stderr[-800:]}
+    with open(report) as fh:
+        rep = json.load(fh)
+    end = os.path.getmtime(report)
+    agg = rep["aggregate"]
+    row.update(status="ok", bytes_wire=agg["bytes_wire"], bytes_needed=agg["bytes_needed"],
+               requests=agg["requests"], regions=len(rep.get("regions") or []))
+    rpn = math.ceil(ranks / nodes)  # --map-by node: the fullest node holds ceil(N/M) ranks
+    if method == "direct":
+        row["makespan_s"] = agg["makespan_s"]
+        lim = spec_limit(cluster.spec, agg["bytes_wire"], ranks, source="store", nodes=nodes, ranks_per_node=rpn)
+        window = row["makespan_s"]
+    else:
+        base = rep["baseline"]
+        row.update(makespan_s=base["total_s"], stage_s=base["stage_s"], read_s=base["read_makespan_s"])
+        lim = spec_limit(cluster.spec, agg["bytes_wire"], ranks, source="staging", object_bytes=object_bytes,
+                         nodes=nodes, ranks_per_node=rpn)
+        window = base["read_makespan_s"]  # the read: the copy is one s5cmd process, not the ranks
+    row.update(limit_s=lim.seconds, limit_binding=lim.binding, limit_terms_s=lim.terms_s,
+               ratio=row["makespan_s"] / lim.seconds, cpu_busy=sampler.busy(end - window, end))
+    cpu_bound = row["ratio"] > CPU_BOUND_RATIO and (row["cpu_busy"] or 0) >= CPU_BUSY
+    row["bottleneck"] = "client CPU" if cpu_bound else lim.binding
+    return row
+
+
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v]
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="python -m bench.cluster", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=CONFIG, help="cluster TOML (default configs/cluster.toml)")
+    parser.add_argument("--nodes", default="1,2,4", help="node counts, one cluster each (default 1,2,4)")
+    parser.add_argument("--ranks", default="1,2,4,8,16", help="rank counts (default 1,2,4,8,16)")
+    parser.add_argument("--workloads", default="whole,thin,s2p", help="whole, thin, s2p (default all)")
+    parser.add_argument("--methods", default="direct,staging", help="direct (S3 API), staging (s5cmd + read)")
+    parser.add_argument("--staging-workloads", default=None,
+                        help="workloads that also run the staging baseline (default: all of --workloads)")
+    parser.add_argument("--repeats", type=int, default=1, help="interleaved rounds per cell (default 1)")
+    parser.add_argument("--results-dir", default=None, help="where cluster.json goes (default bench/results)")
+    parser.add_argument("--summarize", metavar="JSON", default=None, help="print the table of a cluster.json; run nothing")
+    parser.add_argument("--append", action="store_true",
+                        help="keep the cells of an earlier cluster.json in --results-dir and add these")
+    parser.add_argument("--quiet", action="store_true", help="no per-cell lines on stderr")
+    return parser
+
+
+def _results(args, rows: list, object_bytes: int, complete: bool) -> dict:
+    spec = load_spec(args.config)
+    return {"cube_shape": list(SHAPE), "object_bytes": object_bytes, "complete": complete, "spec": {
+        "store_egress_bytes_per_s": spec.store.egress_rate_bytes_per_s, "store_latency_s": spec.store.latency_s,
+        "nic_bytes_per_s": spec.node.nic_rate_bytes_per_s, "fs_bytes_per_s": spec.fs.rate_bytes_per_s,
+        "fs_latency_s": spec.fs.latency_s}, "cells": rows}
+
+
+def _earlier(args) -> list:
+    """The cells of the cluster.json an --append run adds to."""
+    path = common.results_dir(args.results_dir) / f"{NAME}.json"
+    if not path.exists():
+        return []
+    with open(path) as fh:
+        return json.load(fh)["cells"]
+
+
+def run(args) -> dict:
+    reason = unavailable_reason()
+    if reason:
+        raise SystemExit(reason)
+    log = common.logger(args)
+    nodes_list, ranks_list = _ints(args.nodes), _ints(args.ranks)
+    workloads, methods = args.workloads.split(","), args.methods.split(",")
+    staging_workloads = args.staging_workloads.split(",") if args.staging_workloads else workloads
+    work_dir = tempfile.mkdtemp(prefix="ingest-bench-cluster-")
+    cube = os.path.join(work_dir, "cube.fits")
+    write_cube(cube, SHAPE, -32)
+    object_bytes = os.path.getsize(cube)
+    rows = _earlier(args) if args.append else []
+    try:
+        with CpuSampler() as sampler:
+            for nodes in nodes_list:
+                spec = load_spec(args.config, {"cluster": {"nodes": nodes, "ranks_per_node": max(ranks_list)}})
+                with Cluster(spec) as cluster:
+                    url = cluster.put_file(cube, "cube.fits")
+                    for repeat in range(1, args.repeats + 1):
+                        for workload in workloads:
+                            for method in methods:
+                                if method == "staging" and workload not in staging_workloads:
+                                    continue
+                                for ranks in ranks_list:
+                                    row = _cell(cluster, url, SHAPE, workload, method, ranks, nodes, object_bytes,
+                                                work_dir, sampler)
+                                    rows.append({**row, "repeat": repeat})
+                                    # after every cell: a stopped run keeps what it measured
+                                    common.write_results(NAME, _results(args, rows, object_bytes, False),
+                                                         args.results_dir)
+                                    if log:
+                                        log(f"{workload} {method} {nodes} nodes {ranks} ranks: {row['status']} "
+                                            + (f"{row['makespan_s']:.3f} s, limit {row['limit_s']:.3f} s "
+                                               f"({row['limit_binding']}), x{row['ratio']:.2f}, cpu "
+                                               f"{row['cpu_busy'] or 0:.0%} -> {row['bottleneck']}"
+                                               if row["status"] == "ok" else row.get("stderr_tail", "")[-300:]))
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    return _results(args, rows, object_bytes, True)
+
+
+def to_markdown(results: dict) -> str:
+    groups: dict = {}
+    for r in results["cells"]:
+        groups.setdefault((r["workload"], r["method"], r["nodes"], r["ranks"]), []).append(r)
+    body = []
+    order = {"whole": 0, "thin": 1, "s2p": 2, "direct": 0, "staging": 1}
+    for (workload, method, nodes, ranks), rs in sorted(groups.items(), key=lambda kv: (
+            order.get(kv[0][0], 9), order.get(kv[0][1], 9), kv[0][2], kv[0][3])):
+        ok = [r for r in rs if r["status"] == "ok"]
+        if not ok:
+            body.append([workload, method, nodes, ranks, "failed", "-", "-", "-", "-", "-", "-"])
+            continue
+        med = statistics.median
+        r0 = ok[0]
+        body.append([workload, method, nodes, ranks, f"{med(r['makespan_s'] for r in ok):.3f}",
+                     f"{r0['limit_s']:.3f}", f"{med(r['ratio'] for r in ok):.2f}",
+                     f"{med(r['bytes_wire'] for r in ok) / common.MiB:.1f}",
+                     f"{med(r['bytes_needed'] for r in ok) / common.MiB:.2f}", r0["limit_binding"],
+                     f"{r0['bottleneck']} (cpu {med((r['cpu_busy'] or 0) for r in ok):.0%})"])
+    s = results["spec"]
+    head = (f"### Emulated cluster: makespan / physical limit ({results['object_bytes'] / common.MiB:.0f} MiB cube; "
+            f"node NIC {s['nic_bytes_per_s'] / 1e6:g} MB/s, store egress {s['store_egress_bytes_per_s'] / 1e6:g} MB/s "
+            f"+{s['store_latency_s'] * 1e3:g} ms, shared fs {s['fs_bytes_per_s'] / 1e6:g} MB/s "
+            f"+{s['fs_latency_s'] * 1e3:g} ms)")
+    if not results.get("complete", True):
+        head += "\n\nPartial: the run was stopped; these are the cells it finished."
+    return "\n".join([head, "", common.markdown_table(
+        ["workload", "method", "nodes", "ranks", "makespan s", "limit s", "x limit", "wire MiB", "needed MiB",
+         "limit's pipe",
+         "bottleneck"], body)])
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.summarize:
+        with open(args.summarize) as fh:
+            print(to_markdown(json.load(fh)))
+        return 0
+    results = run(args)
+    path = common.write_results(NAME, results, args.results_dir)
+    print(to_markdown(results))
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
