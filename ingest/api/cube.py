@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from ingest.api.indexing import basic_index
-from ingest.api.read import plan_read, read_selection
+from ingest.api.read import plan_with, read_selection
 from ingest.config import RunConfig, load_config, shown_source
 from ingest.config.settings import Settings, configured_settings, resolve_settings, transport_options, tunable
 from ingest.core.cost import CostModel
@@ -263,7 +263,7 @@ class RemoteCube:
         (numpy order, half-open), threads, and the tuner's choice when strategy is auto."""
         transport, layout = self._connect()
         settings = self._settings(transport, layout, normalize(region, layout.shape))
-        sel, plan = self._plan(layout, region, settings)
+        sel, plan = plan_with(layout, region, settings)
         summary = plan.describe(settings.cost, settings.threads)
         summary.update(box=[list(b) for b in sel.box], threads=settings.threads)
         if settings.tuning is not None:
@@ -293,7 +293,7 @@ class RemoteCube:
         """One plan for `region`, executed into `out` or a new array."""
         transport, layout = self._connect()
         settings = self._settings(transport, layout, normalize(region, layout.shape))
-        sel, plan = self._plan(layout, region, settings)
+        sel, plan = plan_with(layout, region, settings)
         spec = self._spec
         if out is not None and self._lands_in_place(plan, out):
             stats = execute(plan, transport, out.reshape(sel.box_shape), threads=settings.threads, retry=spec.retry)
@@ -311,11 +311,6 @@ class RemoteCube:
         """Can the plan's bytes go straight into `out`: a lattice plan, stored values, same dtype?"""
         return (isinstance(plan, Plan) and not self._layout.scaled and out.dtype == self._layout.raw_dtype
                 and out.flags.c_contiguous)
-
-    @staticmethod
-    def _plan(layout, region, settings: Settings):
-        return plan_read(layout, region, strategy=settings.strategy, chunk_bytes=settings.chunk_bytes,
-                         max_gap_bytes=settings.max_gap_bytes, cost=settings.cost)
 
     def _settings(self, transport, layout, sel) -> Settings:
         """The settings for reading `sel`: the configured ones, or with strategy auto the tuner's.

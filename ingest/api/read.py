@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 
+from ingest.config.settings import Settings
 from ingest.engine.destination import Destination
 from ingest.engine.executor import ReadStats, execute
 from ingest.core.layout import Layout
@@ -69,6 +70,13 @@ def plan_read(
     plan = plan_selection(layout, sel, strategy=strategy, chunk_bytes=chunk_bytes, max_gap_bytes=max_gap_bytes,
                           cost=cost or CostModel())
     return sel, plan
+
+
+def plan_with(layout: Layout, region, settings: Settings):
+    """plan_read with resolved settings (ingest.config.settings): what the driver, `ingest.open`
+    and `plan` all read with."""
+    return plan_read(layout, region, strategy=settings.strategy, chunk_bytes=settings.chunk_bytes,
+                     max_gap_bytes=settings.max_gap_bytes, cost=settings.cost)
 
 
 def read_selection(

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from ingest.api.read import plan_read
+from ingest.api.read import plan_with
 from ingest.config import add_run_arguments, config_from_args
 from ingest.config.settings import configured_settings, resolve_settings, retry_policy, transport_options
 from ingest.core.linkprobe import LATENCY_THREADS
@@ -12,7 +12,7 @@ from ingest.driver.job import assign, box_bytes, decompose_job
 from ingest.errors import ConfigError
 from ingest.formats.hdf5 import list_datasets
 from ingest.formats.reader import read_any_layout, read_any_layout_timed
-from ingest.transports import describe_environment, engine_name, open_transport
+from ingest.transports import describe_environment, open_transport
 from ingest.units import format_bytes
 
 
@@ -59,7 +59,7 @@ def _info(args) -> int:
             facts = _hdf5_facts(layout, list_datasets(transport))
         else:
             facts = _fits_facts(layout)
-        facts["engine"] = engine_name(transport)
+        facts["engine"] = transport.engine
     # What the user's environment (AWS_*, profiles, proxies) set, and from where; a local file has none.
     environment = ([{"setting": s, "value": v, "source": src} for s, v, src in describe_environment(transport_options(cfg))]
                    if cfg.resolved_method != "posix" else [])
@@ -107,8 +107,7 @@ def _plan(args) -> int:
         settings = resolve_settings(cfg, transport, layout, normalize(region, layout.shape),
                                     header=None if model_given else header)
     cost, tuning = settings.cost, settings.tuning
-    sel, plan = plan_read(layout, region, strategy=settings.strategy, chunk_bytes=settings.chunk_bytes,
-                          max_gap_bytes=settings.max_gap_bytes, cost=cost)
+    sel, plan = plan_with(layout, region, settings)
     summary = plan.describe(cost, settings.threads)
     if tuning is not None:
         summary["tuning"] = tuning.as_dict()

@@ -37,10 +37,6 @@ class Settings:
     tuning: Tuning | None = None  # the tuner's choice and reasons; None when configured
     probe: LinkProbe | None = None  # what a probe measured, when one ran
 
-    @property
-    def tuned(self) -> bool:
-        return self.tuning is not None
-
     def report_dict(self) -> dict | None:
         """The tuner's account for the report (probe measurements and reasons), None if configured."""
         if self.tuning is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ingest.api.read import plan_read
+from ingest.api.read import plan_with
 from ingest.config import RunConfig
 from ingest.config.settings import (Settings, configured_settings, resolve_settings, retry_policy, tunable,
                                     transport_options)
@@ -55,8 +55,7 @@ class Job:
 
 def plan_box(cfg: RunConfig, settings: Settings, layout: Layout, box):
     """(selection, plan) for one rank's box with the configured strategy and resolved settings."""
-    return plan_read(layout, box_to_region(box), strategy=settings.strategy, chunk_bytes=settings.chunk_bytes,
-                     max_gap_bytes=settings.max_gap_bytes, cost=settings.cost)
+    return plan_with(layout, box_to_region(box), settings)
 
 
 def _job_box(cfg: RunConfig, layout: Layout) -> tuple:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ingest.api.read import execute_plan, plan_read, read_selection
+from ingest.api.read import execute_plan, plan_with, read_selection
 from ingest.config import RunConfig
 from ingest.config.settings import retry_policy, transport_options
 from ingest.driver.job import Job, box_bytes, open_tile, plan_box
@@ -204,8 +204,7 @@ def _read_tile(cfg: RunConfig, job: Job, index: int, progress):
         name = transport.display_name
         layout = read_any_layout(transport, dataset=job.layout.dataset, retry=retry_policy(cfg))
         expected_tile(job.regions[index], name, layout.shape, layout.raw_dtype, job.layout.raw_dtype.str)
-        sel, plan = plan_read(layout, (), strategy=s.strategy, chunk_bytes=s.chunk_bytes,
-                              max_gap_bytes=s.max_gap_bytes, cost=s.cost)
+        sel, plan = plan_with(layout, (), s)
         raw, stats = read_selection(transport, layout, sel, plan, convert=False, threads=s.threads, progress=progress,
                                     retry=retry_policy(cfg), order=cfg.order)
     check_crc(tile_source.crc32, name, raw, tile_source.index_name)

@@ -43,11 +43,6 @@ def resolved_engine(method: str, engine: str) -> str:
     return {"presigned": "urllib3", "s3": "boto3"}.get(method, method)
 
 
-def engine_name(transport: Transport) -> str:
-    """What carries an open transport's requests (as resolved_engine names them)."""
-    return transport.engine
-
-
 def method_for(source: str) -> str:
     """The natural method for a source: s3:// -> s3, http(s):// -> presigned, else posix."""
     if source.startswith("s3://"):
@@ -79,4 +74,4 @@ def open_transport(source: str, method: str = "auto", *, threads: int = 1, engin
 
 
 __all__ = ["MemoryTransport", "ObjectInfo", "Transport", "TRANSPORTS", "ENGINES", "open_transport", "method_for",
-           "engine_name", "native_transport", "resolved_engine", "describe_environment"]
+           "native_transport", "resolved_engine", "describe_environment"]
