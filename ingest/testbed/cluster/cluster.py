@@ -2,7 +2,7 @@
 in its own network namespace, joined by a bridge in a hub namespace.
 
     hub (bridge 10.23.0.1, runs mpiexec)
-     |-- store 10.23.0.2: versitygw <- Toxiproxy (latency) <- HTB egress cap (shared by all)
+     |-- store 10.23.0.2: versitygw <- Toxiproxy (latency) <- HTB cap, both directions (shared by all)
      |-- fs    10.23.0.3: sshd      <- Toxiproxy (latency) <- HTB cap, both directions
      |-- node i 10.23.0.(10+i): HTB cap on store/fs traffic, both directions (its NIC);
                                 its own sshfs mount of the fs; its Open MPI daemon and ranks
@@ -135,6 +135,8 @@ class Cluster:
         netns.add_link(self.hub, "store", "br0", self.store_ns, f"{STORE_IP}/24")
         netns.add_link(self.hub, "fs", "br0", self.fs_ns, f"{FS_IP}/24")
         netns.shape(self.store_ns, "eth0", spec.store.egress_rate_bytes_per_s)  # store -> everyone
+        # everyone -> store (uploads: publish) at the same rate: a real store's ingress is finite too
+        netns.shape(self.hub, "store", spec.store.egress_rate_bytes_per_s)
         netns.shape(self.fs_ns, "eth0", spec.fs.rate_bytes_per_s)  # reads from the fs
         netns.shape(self.hub, "fs", spec.fs.rate_bytes_per_s)  # writes to the fs (staging)
         nic = spec.node.nic_rate_bytes_per_s
@@ -214,9 +216,9 @@ class Cluster:
                               stdin=subprocess.DEVNULL)
 
     def link_bytes(self) -> dict[str, int]:
-        """Bytes that crossed each cap so far (tc counters): "store" (egress), "fs_read",
-        "fs_write", and each node's name (store and fs traffic into the node)."""
-        counts = {"store": netns.capped_bytes(self.store_ns, "eth0"),
+        """Bytes that crossed each cap so far (tc counters): "store" (egress), "store_in" (uploads),
+        "fs_read", "fs_write", and each node's name (store and fs traffic into the node)."""
+        counts = {"store": netns.capped_bytes(self.store_ns, "eth0"), "store_in": netns.capped_bytes(self.hub, "store"),
                   "fs_read": netns.capped_bytes(self.fs_ns, "eth0"), "fs_write": netns.capped_bytes(self.hub, "fs")}
         counts.update({node: netns.capped_bytes(self.hub, f"n{i}") for i, node in enumerate(self.nodes)})
         return counts

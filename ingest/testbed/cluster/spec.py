@@ -23,7 +23,7 @@ MAX_LATENCY_S = 10.0
 class StoreSpec:
     """The object store: versitygw behind Toxiproxy (latency) behind one egress pipe (HTB)."""
 
-    egress_rate_bytes_per_s: int  # the store's whole egress, shared by every node
+    egress_rate_bytes_per_s: int  # the store's whole egress, shared by every node; its ingress too (cluster.py)
     latency_s: float = 0.0  # added to every response by Toxiproxy (per request, not per byte)
     bucket: str = "survey"  # created at start
 
