@@ -5,6 +5,7 @@ server test looks like a passing suite and hides that nothing was checked.
 """
 from __future__ import annotations
 
+import os
 import uuid
 import warnings
 
@@ -21,6 +22,12 @@ _AWS_VARS_TO_CLEAR = (
     "AWS_ENDPOINT_URL_S3", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "AWS_PROFILE",
     "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_REGION",
 )
+
+
+# What a run measured of a link is kept for the next run (ingest.engine.linkcache); tests that
+# share one server would then see each other's figures, so the suite runs without the cache
+# (every child process inherits this) and the cache's own tests point it at a file of theirs.
+os.environ["INGEST_LINK_CACHE"] = "off"
 
 
 @pytest.fixture(scope="session")

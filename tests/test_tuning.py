@@ -20,6 +20,7 @@ from ingest.engine.probe import MIN_PROBE_READ_BYTES, SHARED_SCALING_MAX, LinkPr
 from ingest.core.linkprobe import LATENCY_THREADS, LATENCY_WAVE, ROUNDS, LinkProbe
 from ingest.core.selection import normalize
 from ingest.transports import MemoryTransport, open_transport
+from ingest.core.sharing import Topology, assumed_shared, share_cost
 from ingest.core.tuning import (CHUNK_CANDIDATES, NEAR_BEST, THREAD_CANDIDATES, THREADS_MAX, choose, cost_from_probe,
                                 streams_add_up)
 
@@ -58,7 +59,8 @@ def brute_force_best(cost, sel):
        st.sampled_from(sorted(BOXES)), st.integers(1, 32))
 def test_choice_is_the_best_predicted_plan(lat, bw, scaling, overlap, box, ranks):
     probe = link(lat, bw, bw * scaling, overlap=overlap)
-    cost = cost_from_probe(probe, ranks_sharing=ranks)
+    alone = cost_from_probe(probe)
+    cost = share_cost(alone, assumed_shared(alone, True, streams_add_up(probe)), Topology.block(ranks, 1))
     sel = normalize(BOXES[box], LAYOUT.shape)
     t = choose(cost, LAYOUT, sel)
     assert t.threads in THREAD_CANDIDATES and t.chunk_bytes in CHUNK_CANDIDATES
@@ -92,10 +94,14 @@ def test_latency_that_does_not_overlap_is_not_hidden_by_threads():
 
 
 def test_ranks_on_one_node_share_a_saturated_link():
-    alone = cost_from_probe(link(0.001, 1e9, 1e9))
-    shared = cost_from_probe(link(0.001, 1e9, 1e9), ranks_sharing=4)
+    four = Topology.block(4, 1)
+    saturated = link(0.001, 1e9, 1e9)
+    alone = cost_from_probe(saturated)
+    shared = share_cost(alone, assumed_shared(alone, True, streams_add_up(saturated)), four)
     assert shared.bandwidth_bytes_per_s == pytest.approx(alone.bandwidth_bytes_per_s / 4)
-    capped = cost_from_probe(link(0.002, 75e6, 150e6), ranks_sharing=4)
+    capped_link = link(0.002, 75e6, 150e6)
+    capped = cost_from_probe(capped_link)
+    assert share_cost(capped, assumed_shared(capped, True, streams_add_up(capped_link)), four) == capped
     assert capped.bandwidth_bytes_per_s == 75e6 * 16  # per-connection caps are not shared
 
 
@@ -225,9 +231,12 @@ def test_probe_rounds_stop_at_the_budget():
     assert probe.parallel_bandwidth_bytes_per_s == probe.stream_bandwidth_bytes_per_s  # unmeasured: one stream
 
 
-def test_stream_read_grows_when_the_link_proves_faster_than_its_budget_assumed():
-    layout, blob = cube_blob(64)
-    p = LinkProber(PacedTransport(blob, 0.004, 1e9, startup=True), layout.data_offset, layout.data_bytes, large_bytes=8 * MiB)
+def test_stream_read_grows_when_the_link_proves_faster_than_its_budget_assumed(monkeypatch):
+    """On a simulated clock (SimulatedLink, below): a 4 ms start-up, then 1 GB/s."""
+    layout = cube_blob(64)[0]
+    link = SimulatedLink(layout.data_bytes, latency_s=0.0, stream_bytes_per_s=1e9, startup_s=0.004)
+    link.install(monkeypatch)
+    p = LinkProber(link, 0, layout.data_bytes, large_bytes=8 * MiB)
     p.fit_large_bytes(0.0012, 0.001, 1e9)  # sized for a slower link: the minimum read
     assert not p.grow_stream(1.0, 0.001, 1e9, 8 * MiB)  # nothing measured yet
     p.run_round()

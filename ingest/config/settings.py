@@ -7,7 +7,7 @@ link when the read is large enough to repay it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ingest.config.run import RunConfig
 from ingest.core.cost import CostModel
@@ -15,7 +15,8 @@ from ingest.core.lattice import DEFAULT_CHUNK_BYTES, DEFAULT_THREADS
 from ingest.core.layout import Layout
 from ingest.core.linkprobe import LinkProbe
 from ingest.core.selection import Selection
-from ingest.core.tuning import Tuning, choose
+from ingest.core.sharing import SharedCapacity, Topology, share_cost
+from ingest.core.tuning import THREADS_MAX, Tuning, choose, describe_probe
 from ingest.engine.autotune import tune_read, worth_probing
 from ingest.formats.reader import HeaderTiming
 from ingest.transports.base import Transport
@@ -36,6 +37,16 @@ class Settings:
     cost: CostModel
     tuning: Tuning | None = None  # the tuner's choice and reasons; None when configured
     probe: LinkProbe | None = None  # what a probe measured, when one ran
+
+    @property
+    def alone(self) -> CostModel:
+        """One rank's link as it reads alone; `cost` is its share of what the job's ranks share."""
+        return self.tuning.alone if self.tuning is not None and self.tuning.alone is not None else self.cost
+
+    @property
+    def shared(self) -> SharedCapacity:
+        """What the job's ranks share, as far as it is known."""
+        return self.tuning.shared if self.tuning is not None and self.tuning.shared is not None else SharedCapacity()
 
     def report_dict(self) -> dict | None:
         """The tuner's account for the report (probe measurements and reasons), None if configured."""
@@ -63,13 +74,13 @@ def tunable(cfg: RunConfig, layout: Layout) -> bool:
 
 
 def resolve_settings(cfg: RunConfig, transport: Transport, layout: Layout, sel: Selection, *,
-                     cost: CostModel | None = None, header: HeaderTiming | None = None, ranks_sharing: int = 1,
-                     measured: CostModel | None = None) -> Settings:
+                     cost: CostModel | None = None, header: HeaderTiming | None = None,
+                     topology: Topology | None = None, measured: CostModel | None = None) -> Settings:
     """The settings for reading `sel` of `layout` through `transport`.
 
     cost: the model to start from (default: the config's); header: the header request's timing,
     the tuner's free first look at the link (None when the caller's model must stand as given);
-    ranks_sharing: ranks on one node that share its link; measured: a model an earlier probe of
+    topology: the job's ranks on their nodes (default one rank); measured: a model an earlier probe of
     this link measured, reused without probing again."""
     configured = configured_settings(cfg, cost)
     if not tunable(cfg, layout):
@@ -77,9 +88,25 @@ def resolve_settings(cfg: RunConfig, transport: Transport, layout: Layout, sel: 
     fixed = {"chunk_bytes": cfg.chunk_bytes, "threads": cfg.threads, "gap_bytes": cfg.max_gap_bytes}
     if measured is not None:
         return _from_tuning(choose(measured, layout, sel, model=MEASURED_ONCE, **fixed))
-    tuning, link = tune_read(transport, layout, sel, configured.cost, probe=cfg.probe, ranks_sharing=ranks_sharing,
+    tuning, link = tune_read(transport, layout, sel, configured.cost, probe=cfg.probe, topology=topology,
                              header=header, in_flight_max=cfg.max_in_flight, **fixed)
     return _from_tuning(tuning, link)
+
+
+def settings_for_job(cfg: RunConfig, settings: Settings, layout: Layout, sel: Selection, shared: SharedCapacity,
+                     topology: Topology) -> Settings:
+    """`settings` chosen again for what the job's ranks were measured to share (the probe of one
+    rank's link kept): each rank's share of the shared pipes prices the plans."""
+    if settings.tuning is None:
+        return settings
+    alone = settings.alone
+    fixed = {"chunk_bytes": cfg.chunk_bytes, "threads": cfg.threads, "gap_bytes": cfg.max_gap_bytes}
+    shared_text = f"{topology.describe()}, shared pipes {shared.source}"
+    model = (describe_probe(settings.probe, alone, shared_text) if settings.probe
+             else f"{settings.tuning.model}; {shared_text}")
+    tuning = choose(share_cost(alone, shared, topology), layout, sel, model=model, **fixed,
+                    threads_max=cfg.max_in_flight or max(settings.threads, THREADS_MAX))
+    return _from_tuning(replace(tuning, alone=alone, shared=shared), settings.probe)
 
 
 def _from_tuning(tuning: Tuning, link: LinkProbe | None = None) -> Settings:

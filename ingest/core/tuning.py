@@ -19,6 +19,7 @@ from ingest.core.cost import CostModel
 from ingest.core.plan import plan_selection
 from ingest.core.linkprobe import LATENCY_THREADS, ROUNDS, SCALING_FRACTION, LinkProbe
 from ingest.core.selection import Selection
+from ingest.core.sharing import SharedCapacity
 
 MiB = 1 << 20
 CHUNK_CANDIDATES = tuple(MiB << k for k in range(7))  # 1 MiB .. 64 MiB
@@ -48,6 +49,9 @@ class Tuning:
     max_gap_bytes: int | None  # None: the strategy's own (large/intermediate: unlimited)
     predicted_s: float
     reason: str
+    alone: CostModel | None = None  # one rank's link as it reads alone (None: `cost` is that)
+    shared: SharedCapacity | None = None  # what the job's ranks share, which `cost` divides among them
+    model: str = ""  # where `cost` came from (the reason's first part)
 
     def as_dict(self) -> dict:
         return {
@@ -64,6 +68,7 @@ class Tuning:
             "max_gap_bytes": self.max_gap_bytes,
             "predicted_s": self.predicted_s,
             "reason": self.reason,
+            "shared": self.shared.as_dict() if self.shared else None,
         }
 
 
@@ -78,17 +83,17 @@ def overlap_of(measured: float | None, wave: int = LATENCY_THREADS) -> float | N
     return measured if measured is not None and measured < 0.9 * wave else None
 
 
-def cost_from_probe(probe: LinkProbe, threads_max: int = THREADS_MAX, ranks_sharing: int = 1) -> CostModel:
-    """A CostModel for one rank. When streams add up (a per-connection cap), the link is what
-    threads_max streams get; when they saturate, it is the measured aggregate, shared by the
-    `ranks_sharing` ranks on the probing rank's node (the probe ran alone; the job will not)."""
+def cost_from_probe(probe: LinkProbe, threads_max: int = THREADS_MAX) -> CostModel:
+    """A CostModel for one rank reading alone. When streams add up (a per-connection cap), the
+    link is what threads_max streams get; when they saturate, it is the measured aggregate. What
+    the job's ranks share is not in it: core/sharing.py's share_cost divides the shared pipes."""
     per_stream = probe.stream_bandwidth_bytes_per_s
     if "streams" not in probe.measured:  # unknown: one stream's worth, not divided among ranks
         link = per_stream
     elif streams_add_up(probe):
         link = per_stream * threads_max
     else:
-        link = max(per_stream, probe.parallel_bandwidth_bytes_per_s) / max(1, ranks_sharing)
+        link = max(per_stream, probe.parallel_bandwidth_bytes_per_s)
     return CostModel(latency_s=probe.latency_s, bandwidth_bytes_per_s=link,
                      stream_bandwidth_bytes_per_s=min(per_stream, link),
                      latency_concurrency=overlap_of(probe.latency_concurrency, probe.latency_wave),
@@ -114,21 +119,21 @@ def _candidates(layout: Layout, sel: Selection, cost: CostModel, chunks, threads
                     yield name, gap, chunk, t, plan
 
 
-def describe_probe(probe: LinkProbe, cost: CostModel, ranks_sharing: int = 1) -> str:
-    """What the probe saw (and what it assumed, for rounds it skipped), in words."""
+def describe_probe(probe: LinkProbe, cost: CostModel, shared: str = "") -> str:
+    """What the probe saw (and what it assumed, for rounds it skipped), in words; `shared` what
+    the job's ranks share (core/sharing.py), when they do."""
     links = "streams add up" if streams_add_up(probe) else "streams share the link"
     if "streams" not in probe.measured:
         links = "one stream assumed"
-    shared = (f", shared by {ranks_sharing} ranks per node"
-              if ranks_sharing > 1 and "streams" in probe.measured and not streams_add_up(probe) else "")
+    shared = f"; {shared}" if shared else ""
     overlap = (f"overlapping {probe.latency_concurrency:.1f}x of {probe.latency_wave} at once" if "latency" in probe.measured
                else "overlap assumed")
     scaling = f"{probe.scaling:.2f}x on {probe.streams}" if "streams" in probe.measured else "not measured"
     skipped = [r for r in ROUNDS if r not in probe.measured]
     cut = f"; rounds not worth their time: {', '.join(skipped)}" if skipped else ""
     return (f"probe: latency {cost.latency_s * 1e3:.2f} ms ({overlap}), {cost.stream_bytes_per_s / 1e6:.0f} MB/s "
-            f"per stream, {links} ({scaling}){shared}, client CPU {cost.cpu_per_request_s * 1e3:.2f} ms per "
-            f"request + {cost.cpu_per_byte_s * 2**30:.2f} s/GiB{cut}")
+            f"per stream, {links} ({scaling}), client CPU {cost.cpu_per_request_s * 1e3:.2f} ms per "
+            f"request + {cost.cpu_per_byte_s * 2**30:.2f} s/GiB{cut}{shared}")
 
 
 def choose(cost: CostModel, layout: Layout, sel: Selection, *, chunk_bytes: int | None = None,
@@ -147,4 +152,5 @@ def choose(cost: CostModel, layout: Layout, sel: Selection, *, chunk_bytes: int 
         abs(math.log2(s[1] / PREFERRED_THREADS)) + abs(math.log2(s[5] / PREFERRED_CHUNK_BYTES)) / 2, s[2], s[0]))
     reason = (f"{model}; best of {len(scored)} plans: {name}{f' (gap {gap:,} B)' if name == 'auto' else ''}, "
               f"requests up to {chunk / MiB:.3g} MiB, {t} threads, {n} requests, predicted {predicted_s:.3g} s")
-    return Tuning(cost, name, chunk, t, gap if name in ("auto", "small") else UNLIMITED_GAP, predicted_s, reason)
+    return Tuning(cost, name, chunk, t, gap if name in ("auto", "small") else UNLIMITED_GAP, predicted_s, reason,
+                  model=model)

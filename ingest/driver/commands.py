@@ -14,7 +14,8 @@ from ingest.api.read import apply_scaling, to_native
 from ingest.config import RunConfig, load_config
 from ingest.driver.job import Job, prepare_job
 from ingest.driver.read import read_rank_regions
-from ingest.driver.mpi import all_agree_or_raise, ranks_per_node, root_step
+from ingest.driver.mpi import all_agree_or_raise, root_step, topology
+from ingest.driver.probe_rounds import root_step_with_crew
 from ingest.errors import ConfigError
 from ingest.staging.tools import check_stage_with
 from ingest.api.options import refuse_unknown
@@ -56,6 +57,8 @@ def _settings_facts(job: Job) -> dict:
         "bandwidth_bytes_per_s": s.cost.bandwidth_bytes_per_s,
         "stream_bandwidth_bytes_per_s": s.cost.stream_bytes_per_s,
         "predicted_makespan_s": job.estimate_s,
+        "prediction": job.prediction.as_dict() if job.prediction is not None else None,
+        "shared_rounds": [r.as_dict() for r in job.shared_rounds],
         "tuning": s.report_dict(),
     }
 
@@ -111,7 +114,7 @@ def run(comm, cfg: RunConfig | Mapping | None = None, **options) -> RankResult:
     rank = comm.Get_rank()
     if cfg.compare == "staging":
         root_step(comm, check_stage_with, cfg.stage_with, cfg.source)  # before the direct read, not after
-    job = root_step(comm, prepare_job, cfg, comm.Get_size(), ranks_per_node(comm), cfg.compare == "staging")
+    job = root_step_with_crew(comm, prepare_job, cfg, topology(comm), cfg.compare == "staging")
     if rank == 0:
         print(f"ingest: {job.layout.source}: shape {job.layout.shape} {job.layout.raw_dtype.str}, "
               f"{comm.Get_size()} rank(s); {job.grid_reason}", flush=True)
@@ -173,7 +176,7 @@ def stage(comm, cfg: RunConfig | Mapping | None = None, **options) -> dict | Non
     if not cfg.stage_dir:
         raise ConfigError("stage_dir: required for `stage` (a directory on the shared filesystem)")
     root_step(comm, check_stage_with, cfg.stage_with, cfg.source)  # a bad tool fails before any data moves
-    job = root_step(comm, prepare_job, cfg, comm.Get_size(), ranks_per_node(comm), True)
+    job = root_step_with_crew(comm, prepare_job, cfg, topology(comm), True)
     result = measure_staging(comm, cfg, job)
     if comm.Get_rank() != 0:
         return None

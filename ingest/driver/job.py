@@ -10,13 +10,16 @@ from dataclasses import dataclass
 
 from ingest.api.read import plan_with
 from ingest.config import RunConfig
-from ingest.config.settings import (Settings, configured_settings, resolve_settings, retry_policy, tunable,
-                                    transport_options)
+from ingest.config.settings import (Settings, configured_settings, resolve_settings, retry_policy,
+                                    settings_for_job, tunable, transport_options)
 from ingest.core.decompose import format_grid, grid_boxes, resolve_grid
 from ingest.core.layout import Layout
 from ingest.core.linkprobe import LATENCY_THREADS
 from ingest.core.regions import assign_regions, parse_min_overlap, parse_region_shape, s2p_regions, take_first
 from ingest.core.selection import box_to_region, normalize, parse_region
+from ingest.core.sharing import JobPrediction, RankLoad, Topology, predict_job
+from ingest.engine import linkcache
+from ingest.engine.autotune import data_span
 from ingest.driver.source import ensure_lifetime, resolve_source
 from ingest.errors import ConfigError
 from ingest.formats.reader import read_any_layout_timed
@@ -51,6 +54,8 @@ class Job:
     signer_args: tuple | None = None  # (bucket, key, expires_s, endpoint) when ranks may re-sign
     estimate_s: float = 0.0  # the cost model's prediction for the slowest rank
     region_sources: tuple | None = None  # per region its own object (a tiled source), else None: read_source
+    prediction: JobPrediction | None = None  # the whole job's makespan and the term that binds it
+    shared_rounds: tuple = ()  # the probe rounds in which several ranks read at once (SharedRound)
 
 
 def plan_box(cfg: RunConfig, settings: Settings, layout: Layout, box):
@@ -117,17 +122,48 @@ def assign(regions, itemsize: int, n_ranks: int, todo=None) -> tuple:
     return tuple(tuple(todo[k] for k in mine) for mine in per_rank)
 
 
-def _predicted_makespan_s(cfg: RunConfig, settings: Settings, layout: Layout, regions, assignment) -> float:
-    """The cost model's time of the busiest rank (its regions read one after another)."""
-    return max((sum(plan_box(cfg, settings, layout, regions[i])[1].predicted_s(settings.cost, settings.threads)
-                    for i in mine) for mine in assignment), default=0.0)
+def predict(cfg: RunConfig, settings: Settings, layout: Layout, regions, assignment,
+            topology: Topology) -> JobPrediction:
+    """The whole job's makespan: every rank reading its regions (one after another) at once, on
+    one rank's link as measured alone and the pipes the ranks share (core/sharing.py)."""
+    loads = []
+    for mine in assignment:
+        plans = [plan_box(cfg, settings, layout, regions[i])[1] for i in mine]
+        loads.append(RankLoad(sum(p.n_requests for p in plans), sum(p.wire_bytes for p in plans), settings.threads))
+    return predict_job(settings.alone, settings.shared, topology, loads)
 
 
-def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1, staging: bool = False,
-                rank_outputs: bool = True) -> Job:
+def _tune_for_job(cfg: RunConfig, transport: Transport, layout: Layout, header, topology: Topology, crew,
+                  read_source: str, method: str) -> tuple[Settings, tuple]:
+    """Rank 0: probe its link and tune for the largest region a first split gives (the grid
+    depends on the link too); then, with other ranks at hand, measure what they share when they
+    read at once and tune again for that. (settings, the shared rounds)."""
+    settings = configured_settings(cfg)
+    _, _, regions = decompose_job(cfg, settings, layout, topology.n_ranks)
+    largest = max(regions, key=lambda box: box_bytes(box, layout.itemsize))
+    sel = normalize(box_to_region(largest), layout.shape)
+    settings = resolve_settings(cfg, transport, layout, sel, header=header, topology=topology)
+    if crew is None or settings.probe is None:  # no ranks at hand, or a read too small to repay a probe
+        return settings, ()
+    from ingest.driver.probe_rounds import measure_shared
+
+    measured = measure_shared(crew, topology, settings, source=read_source, method=method,
+                              options=transport_options(cfg), info=transport.info, span=data_span(layout),
+                              predicted_s=settings.tuning.predicted_s)
+    if measured is None:
+        return settings, ()
+    shared, rounds = measured
+    linkcache.remember(transport.endpoint, shared=shared)
+    return settings_for_job(cfg, settings, layout, sel, shared, topology), rounds
+
+
+def prepare_job(cfg: RunConfig, topology: Topology, staging: bool = False, rank_outputs: bool = True,
+                crew=None) -> Job:
     """Rank 0: resolve the source, read the header, check there is room to stage (before any
-    data moves), probe and tune, decompose the cube, check the URL's lifetime against the
-    estimate, check the output directory."""
+    data moves), probe and tune (with `crew`, the other ranks waiting in
+    ingest.driver.probe_rounds, also what they share), decompose the cube, predict the job,
+    check the URL's lifetime against the prediction, check the output directory."""
+    n_ranks = topology.n_ranks
     method, read_source, signer_args = resolve_source(cfg)
     if method == "presigned":
         read_source = ensure_lifetime(read_source, signer_args, 60.0, cfg)  # enough for header and probe
@@ -142,12 +178,9 @@ def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1, staging: 
             from ingest.staging.stage import check_space
 
             check_space(cfg.stage_dir, info.object_bytes)
+        rounds = ()
         if not tiled and tunable(cfg, layout):
-            # The grid depends on the link too, so tune for the largest region a first split gives.
-            _, _, regions = decompose_job(cfg, settings, layout, n_ranks)
-            largest = max(regions, key=lambda box: box_bytes(box, layout.itemsize))
-            settings = resolve_settings(cfg, transport, layout, normalize(box_to_region(largest), layout.shape),
-                                        header=header, ranks_sharing=ranks_per_node)
+            settings, rounds = _tune_for_job(cfg, transport, layout, header, topology, crew, read_source, method)
     if tiled:
         if staging or not rank_outputs:
             raise ConfigError(f"source: {transport.display_name} is a tile index ({len(layout.tiles)} objects); "
@@ -157,7 +190,8 @@ def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1, staging: 
                           n_ranks)
     grid_fits, reason, regions = decompose_job(cfg, settings, layout, n_ranks)
     assignment = assign(regions, layout.itemsize, n_ranks)
-    estimate_s = _predicted_makespan_s(cfg, settings, layout, regions, assignment)
+    prediction = predict(cfg, settings, layout, regions, assignment, topology)
+    estimate_s = prediction.makespan_s
     if method == "presigned":
         read_source = ensure_lifetime(read_source, signer_args, 2 * estimate_s + 60.0, cfg)
     if cfg.output_dir and rank_outputs:  # `run --output-dir`: one cut-out per rank and region
@@ -166,7 +200,7 @@ def prepare_job(cfg: RunConfig, n_ranks: int, ranks_per_node: int = 1, staging: 
         check_output_dir(cfg.output_dir, [output_name(r, regions[i], output_ext(layout))
                                           for r, mine in enumerate(assignment) for i in mine])
     return Job(read_source, method, layout, info, grid_fits, reason, regions, assignment, settings, signer_args,
-               estimate_s)
+               estimate_s, prediction=prediction, shared_rounds=rounds)
 
 
 def _tiled_job(cfg: RunConfig, index, index_name: str, read_source: str, method: str, info: ObjectInfo,

@@ -9,6 +9,7 @@ import os
 import sys
 import traceback
 
+from ingest.core.sharing import Topology
 from ingest.errors import IngestError
 
 # Launchers export the task count they started; a world smaller than that means mpi4py was not
@@ -53,12 +54,12 @@ def check_world_size(size: int, environ) -> None:
         )
 
 
-def ranks_per_node(comm) -> int:
-    """Most ranks on any one node (collective): how many share a node's link to the store."""
+def topology(comm) -> Topology:
+    """Which node each rank runs on, by processor name (collective): which ranks share a node's
+    link to the store."""
     from mpi4py import MPI
 
-    names = comm.allgather(MPI.Get_processor_name())
-    return max(names.count(name) for name in set(names))
+    return Topology.of_hosts(comm.allgather(MPI.Get_processor_name()))
 
 
 def root_step(comm, fn, *args, **kwargs):

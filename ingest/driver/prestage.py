@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 from ingest.config import RunConfig
 from ingest.config.settings import retry_policy, transport_options
 from ingest.driver.job import Job, assign, plan_box, prepare_job
-from ingest.driver.mpi import all_agree_or_raise, ranks_per_node, root_step
+from ingest.driver.mpi import all_agree_or_raise, root_step, topology
+from ingest.driver.probe_rounds import root_step_with_crew
 from ingest.driver.read import read_rank_regions
 from ingest.driver.source import ensure_lifetime, resolve_source
 from ingest.errors import ConfigError, IngestError
@@ -345,7 +346,7 @@ def prestage(comm, cfg: RunConfig) -> dict | None:
     if not cfg.output_dir:
         raise ConfigError("output_dir: required for `prestage` (the directory the pipeline reads from)")
     rank, size = comm.Get_rank(), comm.Get_size()
-    job = root_step(comm, prepare_job, cfg, size, ranks_per_node(comm), cfg.compare == "staging", False)
+    job = root_step_with_crew(comm, prepare_job, cfg, topology(comm), cfg.compare == "staging", False)
     stage = root_step(comm, _prepare, cfg, job, size)
     todo, bad = _to_do(comm, cfg, stage, job)
     assignment = assign(job.regions, job.layout.itemsize, size, todo)

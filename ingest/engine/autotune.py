@@ -35,7 +35,10 @@ from ingest.engine.probe import LinkProber
 from ingest.core.linkprobe import ASSUMED_CPU_PER_BYTE_S, PROBE_MIN_DATA_BYTES, MiB, LinkProbe
 from ingest.core.selection import Selection
 from ingest.transports.base import Transport
-from ingest.core.tuning import IN_FLIGHT_MAX, THREADS_MAX, Tuning, choose, cost_from_probe, describe_probe
+from ingest.core.sharing import SharedCapacity, Topology, assumed_shared, share_cost
+from ingest.core.tuning import (IN_FLIGHT_MAX, THREADS_MAX, Tuning, choose, cost_from_probe, describe_probe,
+                                streams_add_up)
+from ingest.engine import linkcache
 
 # The benchmarks' target is auto within 5 % of the best plan, probe included.
 PROBE_BUDGET_FRACTION = 0.04
@@ -132,18 +135,23 @@ class _TuningSession:
     """One read's tuning while the probe's rounds run: the cost model so far, the plan it
     chooses (`tuning`), and the prober whose next round each step decides."""
 
-    def __init__(self, layout: Layout, sel: Selection, cost: CostModel, model: str, *, chunk_bytes: int | None,
-                 threads: int | None, gap_bytes: int | None, ranks_sharing: int, budget_fraction: float,
-                 in_flight_max: int, depth_on_evidence: bool):
+    def __init__(self, layout: Layout, sel: Selection, alone: CostModel, model: str, *, chunk_bytes: int | None,
+                 threads: int | None, gap_bytes: int | None, topology: Topology, shared: SharedCapacity | None,
+                 budget_fraction: float, in_flight_max: int, depth_on_evidence: bool):
         self.layout, self.sel = layout, sel
         self.chunk_bytes, self.threads, self.gap_bytes = chunk_bytes, threads, gap_bytes
-        self.ranks_sharing = ranks_sharing
+        self.topology = topology
+        self.given_shared = shared  # None: what rank 0's probe suggests (core/sharing.assumed_shared)
         self.budget_fraction = budget_fraction
         self.in_flight_max = in_flight_max
         self.depth_on_evidence = depth_on_evidence
-        self.model = model  # where the configured (or header-hinted) cost came from
-        self.cost = cost
-        self.tuning = self.tune(cost, model)
+        self.model = model  # where the configured (or header-hinted, or cached) cost came from
+        # `alone` prices the probe's rounds (rank 0 reads alone); `cost`, its share of what the
+        # job's ranks share, the plans.
+        self.alone = alone
+        self.shared = shared or SharedCapacity()
+        self.cost = share_cost(alone, self.shared, topology)
+        self.tuning = self.tune(self.cost, model)
         self.prober: LinkProber | None = None
 
     def tune(self, cost: CostModel, model: str, measured=()) -> Tuning:
@@ -153,8 +161,9 @@ class _TuningSession:
         depth = self.in_flight_max
         if self.depth_on_evidence and not ("latency" in measured and cost.latency_concurrency is None):
             depth = min(depth, THREADS_MAX)
-        return choose(cost, self.layout, self.sel, chunk_bytes=self.chunk_bytes, threads=self.threads,
-                      gap_bytes=self.gap_bytes, model=model, threads_max=depth)
+        tuning = choose(cost, self.layout, self.sel, chunk_bytes=self.chunk_bytes, threads=self.threads,
+                        gap_bytes=self.gap_bytes, model=model, threads_max=depth)
+        return replace(tuning, alone=self.alone, shared=self.shared)
 
     def tune_now(self, cost: CostModel) -> Tuning:
         """As `tune`, with the rounds run so far: how the stakes weigh another link."""
@@ -185,8 +194,8 @@ class _TuningSession:
         """Does the next round fit in the budget left? Before the first read, the chunk-sized
         reads shrink to what is left (see LinkProber.fit_large_bytes)."""
         left_s = self.budget_left_s()
-        self.prober.fit_large_bytes(left_s, self.cost.latency_s, self.cost.stream_bytes_per_s)
-        round_s = self.prober.next_round_s(self.cost.latency_s, self.cost.stream_bytes_per_s)
+        self.prober.fit_large_bytes(left_s, self.alone.latency_s, self.alone.stream_bytes_per_s)
+        round_s = self.prober.next_round_s(self.alone.latency_s, self.alone.stream_bytes_per_s)
         return not round_s > left_s  # (an infinite fraction of a read predicted at 0 s is no limit)
 
     def repays_past_budget(self, rule: RoundRule) -> bool:
@@ -199,14 +208,14 @@ class _TuningSession:
         latency round's waves then take a latency per request (the case in which it is worth
         running)."""
         at_stake_s = overlap_at_stake_s(self.tuning, self.cost, self.layout, self.sel, self.tune_now)
-        return at_stake_s > self.prober.until_s("latency", self.cost.latency_s, self.cost.stream_bytes_per_s,
+        return at_stake_s > self.prober.until_s("latency", self.alone.latency_s, self.alone.stream_bytes_per_s,
                                                 overlap=1.0)
 
     def streams_repay(self) -> bool:
         """Would streams adding up make another plan faster by more than the streams round costs?"""
         at_stake_s = streams_at_stake_s(self.tuning, self.cost, self.in_flight_max, self.layout, self.sel,
                                         self.tune_now)
-        return at_stake_s > self.prober.next_round_s(self.cost.latency_s, self.cost.stream_bytes_per_s)
+        return at_stake_s > self.prober.next_round_s(self.alone.latency_s, self.alone.stream_bytes_per_s)
 
     def run_round(self, rule: RoundRule) -> None:
         self.prober.run_round()
@@ -218,39 +227,65 @@ class _TuningSession:
     def regrow_stream(self) -> None:
         """Read one stream again, longer, in the room the budget leaves beside the latency round
         (LinkProber.grow_stream: only when at least twice the bytes fit), and retune on it."""
-        room_s = self.budget_left_s() - self.prober.until_s("latency", self.cost.latency_s,
-                                                            self.cost.stream_bytes_per_s)
-        if self.prober.grow_stream(room_s, self.cost.latency_s, self.cost.stream_bytes_per_s, PROBE_READ_MAX_BYTES):
+        room_s = self.budget_left_s() - self.prober.until_s("latency", self.alone.latency_s,
+                                                            self.alone.stream_bytes_per_s)
+        if self.prober.grow_stream(room_s, self.alone.latency_s, self.alone.stream_bytes_per_s, PROBE_READ_MAX_BYTES):
             self.retune()
 
     def retune(self) -> None:
         """The cost model the probe so far gives, and the plan it chooses."""
         link = self.prober.result()
-        self.cost = cost_from_probe(link, threads_max=self.in_flight_max, ranks_sharing=self.ranks_sharing)
-        self.tuning = self.tune(self.cost, describe_probe(link, self.cost, self.ranks_sharing), link.measured)
+        self.alone = cost_from_probe(link, threads_max=self.in_flight_max)
+        self.shared = self.given_shared or assumed_shared(self.alone, "streams" in link.measured, streams_add_up(link))
+        self.cost = share_cost(self.alone, self.shared, self.topology)
+        self.tuning = self.tune(self.cost, describe_probe(link, self.alone, self.shared_text()), link.measured)
+
+    def shared_text(self) -> str:
+        """What the job's ranks share, for the reason (nothing, for a job of one rank)."""
+        if self.topology.n_ranks == 1:
+            return ""
+        return f"{self.topology.describe()}, shared pipes {self.shared.source}"
 
 
 def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: CostModel, *,
               probe: bool = True, chunk_bytes: int | None = None, threads: int | None = None,
-              gap_bytes: int | None = None, ranks_sharing: int = 1, header: HeaderTiming | None = None,
-              budget_fraction: float = PROBE_BUDGET_FRACTION,
+              gap_bytes: int | None = None, topology: Topology | None = None, shared: SharedCapacity | None = None,
+              header: HeaderTiming | None = None, budget_fraction: float = PROBE_BUDGET_FRACTION,
               in_flight_max: int | None = None) -> tuple[Tuning, LinkProbe | None]:
     """(the chosen plan's settings, the probe or None when no round repaid itself). `sel` is the
-    (largest) box to read; `header` how the header request went; `in_flight_max` the most
-    requests to keep in flight (default: what the transport's engine affords)."""
-    needed_bytes = math.prod(sel.counts, start=layout.itemsize)
+    (largest) box one rank reads; `topology` the job's ranks on their nodes (default: one rank);
+    `shared` what they share, when the caller knows (default: a cached measurement of this
+    endpoint, else what the probe suggests); `header` how the header request went;
+    `in_flight_max` the most requests to keep in flight (default: what the engine affords).
+
+    Before the probe the model is, in order: what an earlier run measured of this endpoint
+    (ingest.engine.linkcache, with its age), the configured one with the header request's latency
+    and CPU, the configured one. What the probe measures is kept for the next run."""
+    in_flight = in_flight_max or in_flight_limit(transport)
+    recalled = linkcache.recall(transport.endpoint)
     cost = hinted_cost(fallback, header)
     hinted = cost is not fallback  # the header's figures are measurements; the configured ones are not
     how = "as the header request took" if hinted else "configured"
     model = (f"configured cost model ({cost.latency_s * 1e3:.3g} ms per request, {how}; "
              f"{cost.bandwidth_bytes_per_s / 1e6:g} MB/s)")
+    if recalled is not None and recalled.probe is not None:
+        cost = cost_from_probe(recalled.probe, threads_max=in_flight)
+        model = f"{recalled.describe()}: {describe_probe(recalled.probe, cost)}"
+    if shared is None and recalled is not None:
+        shared = recalled.shared
     session = _TuningSession(layout, sel, cost, model, chunk_bytes=chunk_bytes, threads=threads, gap_bytes=gap_bytes,
-                             ranks_sharing=ranks_sharing, budget_fraction=budget_fraction,
-                             in_flight_max=in_flight_max or in_flight_limit(transport),
-                             depth_on_evidence=in_flight_max is None)
+                             topology=topology or Topology.block(1, 1), shared=shared, budget_fraction=budget_fraction,
+                             in_flight_max=in_flight, depth_on_evidence=in_flight_max is None)
     if not probe:
         return session.tuning, None
     span_offset, span_bytes = data_span(layout)
-    prober = LinkProber(transport, span_offset, span_bytes, large_bytes=probe_read_bytes(needed_bytes),
+    prober = LinkProber(transport, span_offset, span_bytes, large_bytes=probe_read_bytes(needed_bytes(layout, sel)),
                         latency_s=cost.latency_s if hinted else None, cpu_per_request_s=cost.cpu_per_request_s)
-    return session.probe(prober)
+    tuning, link = session.probe(prober)
+    if link is not None:
+        linkcache.remember(transport.endpoint, probe=link)
+    return tuning, link
+
+
+def needed_bytes(layout: Layout, sel: Selection) -> int:
+    return math.prod(sel.counts, start=layout.itemsize)

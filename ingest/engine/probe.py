@@ -287,3 +287,14 @@ def probe_link(transport: Transport, data_offset: int, data_bytes: int, *, small
     """Every round: L and B from reads spread over [data_offset, data_offset + data_bytes)."""
     return LinkProber(transport, data_offset, data_bytes, small_bytes=small_bytes, large_bytes=large_bytes,
                       streams=streams).run_all()
+
+
+def timed_parallel_read(transport: Transport, offset: int, nbytes: int, streams: int) -> tuple[float, float]:
+    """(wall seconds, this process's CPU seconds) to read [offset, offset + nbytes) as `streams`
+    ranged reads at once: one rank's part in a round where many ranks read together
+    (ingest.driver.probe_rounds)."""
+    streams = max(1, min(streams, nbytes // (MIN_PROBE_READ_BYTES // 4) or 1))  # parts of >= 64 KiB
+    part = -(-nbytes // streams)
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    _concurrently(lambda k: _timed_read(transport, offset + k * part, min(part, nbytes - k * part)), streams)
+    return time.perf_counter() - t0, time.process_time() - cpu0

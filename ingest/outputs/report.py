@@ -340,6 +340,12 @@ def _settings_line(settings: dict) -> str:
     text = (f"settings: {settings.get('threads')} threads, requests up to {format_bytes(settings.get('chunk_bytes') or 0)}, "
             f"gap {format_bytes(settings.get('max_gap_bytes') or 0)}; predicted makespan "
             f"{_num(settings.get('predicted_makespan_s'), '.3f')} s, measured {_num(settings.get('measured_makespan_s'), '.3f')} s")
+    prediction = settings.get("prediction")
+    if prediction:
+        predicted, measured = prediction.get("makespan_s"), settings.get("measured_makespan_s")
+        ratio = f" (measured / predicted {measured / predicted:.2f})" if predicted and measured else ""
+        text += (f"\n  bound by {prediction['binding']}{ratio} for {prediction['ranks']} rank(s) on "
+                 f"{prediction['nodes']} node(s); shared pipes {prediction.get('shared_source', '?')}")
     tuning = settings.get("tuning")
     return text + (f"\n  tuned by {tuning['reason']}" if tuning and tuning.get("reason") else "")
 

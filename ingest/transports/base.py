@@ -61,6 +61,12 @@ class Transport(abc.ABC):
         return self.source
 
     @property
+    def endpoint(self) -> str | None:
+        """Where the requests go (scheme://host:port): what a link measured earlier is kept
+        under (ingest.engine.linkcache). None for a local file, which has no link."""
+        return None
+
+    @property
     def info(self) -> ObjectInfo:
         if self._info is None:
             self._info = self._stat()

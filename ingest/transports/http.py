@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from datetime import datetime, timezone
+from urllib.parse import urlsplit
 
 import urllib3
 
@@ -31,6 +32,11 @@ class HttpTransport(Transport):
 
     name = "presigned"
     engine = "urllib3"
+
+    @property
+    def endpoint(self) -> str:
+        parts = urlsplit(self.source)
+        return f"{parts.scheme}://{parts.netloc}"
 
     def __init__(
         self,

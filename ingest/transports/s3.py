@@ -53,6 +53,10 @@ class S3Transport(Transport):
             )
         self._client = client
 
+    @property
+    def endpoint(self) -> str:
+        return self.environment.endpoint_url or f"s3 of AWS {self.environment.region or 'us-east-1'}"
+
     def _call(self, what: str, **kw):
         from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, SSLError
         from botocore.exceptions import ConnectionError as BotoConnectionError

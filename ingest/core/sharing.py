@@ -1,0 +1,229 @@
+"""What a job's ranks share, and the whole job's predicted makespan (pure).
+
+The cost model (core/cost.py) prices one rank's read: its requests' latency, its streams (each
+capped per connection), its own CPU. A job of N ranks on M nodes also shares pipes that no one
+rank sees alone:
+
+- a node's pipe (its NIC, or on one machine its cores), which the ranks on that node share;
+- the store's egress (or a WAN link), which every node shares.
+
+A rank's bytes go at the slowest of what its own streams get, its node's pipe and the egress,
+each of the shared ones carrying every byte of the ranks behind it. So the job's makespan is the
+slowest rank's latency plus the largest of those byte times, and the term that is largest is the
+one that binds: no plan moves the job faster than that pipe carries the wire bytes it needs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ingest.core.cost import CostModel
+
+# The names of the terms, as reports and `plan` print them.
+LATENCY, CPU, CONNECTION, RANK_LINK, NODE_PIPE, NODE_CPU, EGRESS = (
+    "latency", "CPU", "per-connection cap", "rank's link", "node pipe", "node's cores", "egress")
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Which node each rank runs on (nodes numbered by their first rank: rank 0's node is 0)."""
+
+    node_of_rank: tuple[int, ...]
+
+    @classmethod
+    def of_hosts(cls, hosts) -> "Topology":
+        """From each rank's host name, in rank order."""
+        index: dict[str, int] = {}
+        return cls(tuple(index.setdefault(h, len(index)) for h in hosts))
+
+    @classmethod
+    def block(cls, n_ranks: int, n_nodes: int) -> "Topology":
+        """n_ranks over n_nodes as srun's default (block) distribution places them: consecutive
+        ranks fill a node, the counts differing by at most one."""
+        n_nodes = max(1, min(n_nodes, n_ranks))
+        base, extra = divmod(n_ranks, n_nodes)
+        return cls(tuple(node for node in range(n_nodes) for _ in range(base + (node < extra))))
+
+    @property
+    def n_ranks(self) -> int:
+        return len(self.node_of_rank)
+
+    @property
+    def n_nodes(self) -> int:
+        return max(self.node_of_rank, default=-1) + 1
+
+    @property
+    def ranks_per_node(self) -> tuple[int, ...]:
+        return tuple(self.node_of_rank.count(node) for node in range(self.n_nodes))
+
+    @property
+    def most_per_node(self) -> int:
+        return max(self.ranks_per_node, default=1)
+
+    def describe(self) -> str:
+        counts = self.ranks_per_node
+        per = f"{counts[0]} per node" if len(set(counts)) == 1 else "/".join(map(str, counts)) + " per node"
+        return f"{self.n_ranks} rank(s) on {self.n_nodes} node(s), {per}"
+
+
+@dataclass(frozen=True)
+class SharedCapacity:
+    """The shared pipes' capacities in bytes/s; None where nothing showed one binding (unknown, or
+    more than the ranks behind it can use). `source` says where the figures came from."""
+
+    node_bytes_per_s: float | None = None
+    egress_bytes_per_s: float | None = None
+    node_cpu_bound: bool = False  # the node's ranks kept its cores busy: its "pipe" is CPU
+    source: str = "nothing measured: ranks assumed not to share a pipe"
+
+    @property
+    def node_term(self) -> str:
+        return NODE_CPU if self.node_cpu_bound else NODE_PIPE
+
+    def as_dict(self) -> dict:
+        return {"node_bytes_per_s": self.node_bytes_per_s, "egress_bytes_per_s": self.egress_bytes_per_s,
+                "node_cpu_bound": self.node_cpu_bound, "source": self.source}
+
+
+def share_cost(cost: CostModel, shared: SharedCapacity, topology: Topology) -> CostModel:
+    """The cost model of one rank on the busiest node when every rank reads at once: its link is
+    its fair share of the node's pipe and of the egress, if those are less than it gets alone.
+    Plans chosen with it fill the bottleneck and no more (a thin box behind a slow shared pipe
+    is not worth reading 8x its bytes for)."""
+    link = cost.bandwidth_bytes_per_s
+    if shared.node_bytes_per_s:
+        link = min(link, shared.node_bytes_per_s / topology.most_per_node)
+    if shared.egress_bytes_per_s:
+        link = min(link, shared.egress_bytes_per_s / max(1, topology.n_ranks))
+    if link >= cost.bandwidth_bytes_per_s:
+        return cost
+    return replace(cost, bandwidth_bytes_per_s=link, stream_bandwidth_bytes_per_s=min(cost.stream_bytes_per_s, link))
+
+
+@dataclass(frozen=True)
+class RankLoad:
+    """What one rank reads: its requests and wire bytes in all, on `threads` in flight."""
+
+    n_requests: int
+    wire_bytes: int
+    threads: int
+
+
+@dataclass(frozen=True)
+class JobPrediction:
+    """The whole job's predicted makespan, the term that binds it, and every term's time (each
+    the slowest rank's or pipe's; the makespan is latency plus the largest of the others)."""
+
+    makespan_s: float
+    binding: str
+    terms_s: dict
+    topology: Topology
+    source: str  # where the shared capacities came from
+
+    def as_dict(self) -> dict:
+        return {"makespan_s": self.makespan_s, "binding": self.binding,
+                "terms_s": {k: round(v, 6) for k, v in self.terms_s.items()},
+                "ranks": self.topology.n_ranks, "nodes": self.topology.n_nodes,
+                "ranks_per_node": list(self.topology.ranks_per_node), "shared_source": self.source}
+
+    def describe(self) -> str:
+        others = ", ".join(f"{k} {v:.3g} s" for k, v in self.terms_s.items() if k != self.binding and v > 0)
+        return (f"predicted makespan {self.makespan_s:.3g} s for {self.topology.describe()}, bound by "
+                f"{self.binding} ({self.terms_s[self.binding]:.3g} s){f'; {others}' if others else ''}")
+
+
+def _rank_parts(cost: CostModel, load: RankLoad) -> tuple[float, float, dict]:
+    """One rank's own parts, as CostModel.predict_s adds them: its latency (waits that overlap
+    across its requests in flight), its CPU per request (which does not), and the times of its
+    bytes through its own streams and through its CPU, of which the slower counts."""
+    waiting_s = max(0.0, cost.latency_s - cost.cpu_per_request_s)
+    n, wire = load.n_requests, load.wire_bytes
+    alone_link = cost.stream_bytes_per_s * max(1, load.threads) >= cost.bandwidth_bytes_per_s
+    return (n * waiting_s / cost.overlap(load.threads), n * cost.cpu_per_request_s,
+            {CPU: wire * cost.cpu_per_byte_s, RANK_LINK if alone_link else CONNECTION: wire / cost.bandwidth(load.threads)})
+
+
+def predict_job(cost: CostModel, shared: SharedCapacity, topology: Topology, loads) -> JobPrediction:
+    """The makespan of every rank reading its load at once (`loads` in rank order; ranks past the
+    end read nothing). `cost` is one rank's model as it reads alone. For one rank and nothing
+    shared this is CostModel.predict_s."""
+    loads = list(loads)[:topology.n_ranks]
+    node_wire = [0] * topology.n_nodes
+    for rank, load in enumerate(loads):
+        node_wire[topology.node_of_rank[rank]] += load.wire_bytes
+    egress_s = sum(node_wire) / shared.egress_bytes_per_s if shared.egress_bytes_per_s else 0.0
+    terms: dict[str, float] = {}
+    best = (0.0, LATENCY)
+    for rank, load in enumerate(loads):
+        if load.n_requests == 0:
+            continue
+        latency_s, cpu_requests_s, bytes_terms = _rank_parts(cost, load)
+        node = topology.node_of_rank[rank]
+        bytes_terms[shared.node_term] = node_wire[node] / shared.node_bytes_per_s if shared.node_bytes_per_s else 0.0
+        bytes_terms[EGRESS] = egress_s
+        name, bytes_s = max(bytes_terms.items(), key=lambda kv: kv[1])
+        # What each term would take on its own: the CPU's requests and bytes together.
+        own = {**bytes_terms, LATENCY: latency_s, CPU: cpu_requests_s + bytes_terms[CPU]}
+        for key, value in own.items():
+            terms[key] = max(terms.get(key, 0.0), value)
+        total_s = latency_s + cpu_requests_s + bytes_s
+        if total_s > best[0]:
+            best = (total_s, max(((LATENCY, latency_s), (CPU, own[CPU]), (name, bytes_s)), key=lambda kv: kv[1])[0])
+    return JobPrediction(best[0], best[1], terms, topology, shared.source)
+
+
+# The ranks' CPU time over the round's wall time and the cores of the nodes they ran on: above
+# this the round measured the cores, not a pipe (on one machine, client and server share them).
+CPU_BOUND_BUSY = 0.85
+
+
+@dataclass(frozen=True)
+class SharedRound:
+    """One probe round in which several ranks read at once (MPI: ingest.driver.probe_rounds)."""
+
+    name: str  # "node": the ranks on rank 0's node; "nodes": every rank, on every node
+    ranks: int
+    nodes: int
+    streams: int  # each rank's concurrent streams
+    total_bytes: int
+    wall_s: float  # the slowest rank's time, barrier to last byte
+    cpu_busy: float  # the ranks' CPU seconds / (wall_s x the cores of their nodes)
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.total_bytes / max(self.wall_s, 1e-9)
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "ranks": self.ranks, "nodes": self.nodes, "streams": self.streams,
+                "total_bytes": self.total_bytes, "wall_s": round(self.wall_s, 6),
+                "bytes_per_s": round(self.bytes_per_s), "cpu_busy": round(self.cpu_busy, 3)}
+
+
+def assumed_shared(alone: CostModel, measured_streams: bool, streams_add_up: bool) -> SharedCapacity:
+    """What rank 0's probe alone suggests: when its streams shared one link, the ranks on a node
+    share what it got (the pipe is assumed to be the node's; an egress behind it is unseen)."""
+    if measured_streams and not streams_add_up:
+        return SharedCapacity(node_bytes_per_s=alone.bandwidth_bytes_per_s,
+                              source="assumed: a node's ranks share the link rank 0's streams shared")
+    return SharedCapacity(source="assumed: nothing shared (rank 0's streams did not share a link)"
+                          if measured_streams else SharedCapacity.source)
+
+
+def shared_from_rounds(alone: CostModel, rounds, fallback: SharedCapacity) -> SharedCapacity:
+    """The shared pipes the rounds showed. Ranks that got less than SCALING of what each gets
+    alone were sharing a pipe, whose capacity is what they got together; where they added up,
+    nothing binds at that count. A pipe no round loaded keeps `fallback`'s figure."""
+    from ingest.core.linkprobe import SCALING_FRACTION
+
+    node, egress, cpu_bound = fallback.node_bytes_per_s, fallback.egress_bytes_per_s, fallback.node_cpu_bound
+    by_name = {r.name: r for r in rounds}
+    if "node" in by_name:
+        r = by_name["node"]
+        alone_bps = alone.bandwidth(r.streams)
+        shared = r.bytes_per_s < SCALING_FRACTION * r.ranks * alone_bps
+        node, cpu_bound = (r.bytes_per_s, r.cpu_busy >= CPU_BOUND_BUSY) if shared else (None, False)
+    if "nodes" in by_name:
+        r = by_name["nodes"]
+        per_node = min(alone.bandwidth(r.streams) * r.ranks / r.nodes, node or float("inf"))
+        egress = r.bytes_per_s if r.bytes_per_s < SCALING_FRACTION * r.nodes * per_node else None
+    names = " and ".join(f"{r.name} round ({r.ranks} ranks on {r.nodes} node(s))" for r in rounds)
+    return SharedCapacity(node, egress, cpu_bound, f"measured: {names}")

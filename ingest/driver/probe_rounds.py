@@ -1,0 +1,159 @@
+"""Probe rounds in which many ranks read at once (MPI): what the ranks on one node, and the ranks on
+every node, get together.
+
+Rank 0's probe (ingest.engine.autotune) sees one rank's link: its latency, its streams, whether
+they add up. The pipes the job's ranks share - a node's NIC (or, on one machine, its cores) and
+the store's egress - show only when several ranks read at once. While rank 0 prepares the job
+(`root_step_with_crew`), the other ranks wait in `serve` for rounds it hands them; each round is
+a barrier, every participant's timed read of its own small range, and a gather. The rounds and
+their sizes are rank 0's choice (ingest.driver.job), within the probe's budget.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+from ingest.core.sharing import SharedCapacity, SharedRound, Topology, shared_from_rounds
+from ingest.driver.mpi import root_step
+from ingest.engine.probe import MIN_PROBE_READ_BYTES, timed_parallel_read
+from ingest.transports import ObjectInfo, open_transport
+
+_DONE = "done"
+
+
+@dataclass(frozen=True)
+class RoundOrder:
+    """What rank 0 asks of the ranks in one round."""
+
+    name: str
+    participants: tuple[int, ...]
+    source: str
+    method: str
+    options: dict  # open_transport's keyword arguments (transport_options of the config)
+    info: ObjectInfo  # size and identity, adopted: no HEAD per rank
+    offsets: tuple[int, ...]  # participant k reads [offsets[k], offsets[k] + bytes_per_rank)
+    bytes_per_rank: int
+    streams: int
+
+
+def _take_part(comm, order: RoundOrder) -> dict | None:
+    """Every rank: the barrier, and a participant's timed read (its transport opened before the
+    barrier, so a client's start-up is not timed). Errors are returned: the round is dropped,
+    the job goes on."""
+    rank = comm.Get_rank()
+    transport = error = None
+    if rank in order.participants:
+        try:
+            transport = open_transport(order.source, order.method, threads=order.streams, **order.options)
+            transport.adopt(order.info)
+        except Exception as exc:  # noqa: BLE001 - reported with the round
+            error = f"{type(exc).__name__}: {exc}"
+    comm.Barrier()
+    if transport is None:
+        return None if error is None else {"error": error}
+    try:
+        k = order.participants.index(rank)
+        wall_s, cpu_s = timed_parallel_read(transport, order.offsets[k], order.bytes_per_rank, order.streams)
+        return {"host": socket.gethostname(), "wall_s": wall_s, "cpu_s": cpu_s, "cores": len(os.sched_getaffinity(0))}
+    except Exception as exc:  # noqa: BLE001 - reported with the round
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        transport.close()
+
+
+class Crew:
+    """Rank 0's handle on the other ranks while it prepares the job."""
+
+    def __init__(self, comm):
+        self.comm = comm
+
+    @property
+    def size(self) -> int:
+        return self.comm.Get_size()
+
+    def run_round(self, order: RoundOrder) -> SharedRound | None:
+        """Run one round on every rank; None when a participant failed (the job does not need it)."""
+        self.comm.bcast(order, root=0)
+        results = [r for r in self.comm.gather(_take_part(self.comm, order), root=0) if r is not None]
+        if not results or any("error" in r for r in results):
+            return None
+        hosts = {r["host"]: r["cores"] for r in results}
+        wall_s = max(r["wall_s"] for r in results)
+        busy = sum(r["cpu_s"] for r in results) / max(wall_s * sum(hosts.values()), 1e-9)
+        return SharedRound(order.name, len(results), len(hosts), order.streams,
+                           order.bytes_per_rank * len(results), wall_s, busy)
+
+
+def serve(comm) -> None:
+    """Every rank but 0: take part in rank 0's rounds until it says it is done."""
+    while (order := comm.bcast(None, root=0)) != _DONE:
+        comm.gather(_take_part(comm, order), root=0)
+
+
+def root_step_with_crew(comm, fn, *args, **kwargs):
+    """root_step (rank 0 runs fn and broadcasts its result, errors raised on every rank), where fn
+    also gets `crew=` to run probe rounds on the other ranks meanwhile."""
+    if comm.Get_size() == 1:
+        return root_step(comm, fn, *args, crew=None, **kwargs)
+    if comm.Get_rank() != 0:
+        serve(comm)
+        return root_step(comm, fn, *args, crew=None, **kwargs)
+
+    def lead(*a, **kw):
+        try:
+            return fn(*a, crew=Crew(comm), **kw)
+        finally:
+            comm.bcast(_DONE, root=0)
+
+    return root_step(comm, lead, *args, **kwargs)
+
+
+# The shared rounds' own budget, beside the probe's (ingest.engine.autotune): what the ranks share
+# decides the plan for all of them and the predicted makespan, so it may cost a little more.
+SHARED_BUDGET_FRACTION = 0.06
+ROUND_BYTES_MIN = MIN_PROBE_READ_BYTES  # below this a round measures start-up, not a pipe
+ROUND_BYTES_MAX = 8 << 20
+ROUND_STREAMS_MAX = 8
+
+
+def round_participants(topology: Topology) -> list[tuple[str, tuple[int, ...]]]:
+    """The rounds worth running: the ranks on rank 0's node (when it has several), then every rank
+    (when there are several nodes)."""
+    rounds = []
+    on_first = tuple(r for r, node in enumerate(topology.node_of_rank) if node == 0)
+    if len(on_first) > 1:
+        rounds.append(("node", on_first))
+    if topology.n_nodes > 1:
+        rounds.append(("nodes", tuple(range(topology.n_ranks))))
+    return rounds
+
+
+def measure_shared(crew: Crew, topology: Topology, settings, *, source: str, method: str, options: dict,
+                   info: ObjectInfo, span: tuple[int, int],
+                   predicted_s: float) -> tuple[SharedCapacity, tuple[SharedRound, ...]] | None:
+    """Rank 0: run the rounds that tell what the ranks share, within SHARED_BUDGET_FRACTION of the
+    job's predicted time: (what they share, the rounds), or None when no round fits (or one
+    failed: the job goes on with what rank 0's probe suggested). `settings` are rank 0's
+    (its probe, its link alone, the plan's threads); `span` the (offset, bytes) rounds read in."""
+    rounds = round_participants(topology)
+    if not rounds:
+        return None
+    streams = max(1, min(settings.threads, ROUND_STREAMS_MAX))
+    round_s = SHARED_BUDGET_FRACTION * predicted_s / len(rounds)
+    done = []
+    for name, participants in rounds:
+        # Sized by each rank's share of the pipes when all read, as the plan was priced: the least a
+        # participant gets, so the round takes at most about round_s.
+        nbytes = int(min(ROUND_BYTES_MAX, round_s * settings.cost.bandwidth(streams), span[1] // len(participants)))
+        if nbytes < ROUND_BYTES_MIN:
+            continue
+        offsets = tuple(span[0] + k * nbytes for k in range(len(participants)))
+        measured = crew.run_round(RoundOrder(name, participants, source, method, options, info, offsets, nbytes,
+                                             streams))
+        if measured is None:
+            return None
+        done.append(measured)
+    if not done:
+        return None
+    return shared_from_rounds(settings.alone, done, settings.shared), tuple(done)

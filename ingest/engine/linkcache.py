@@ -1,0 +1,114 @@
+"""What was measured of an endpoint's link, kept between runs in one small JSON file.
+
+A read too small to repay a probe is priced with what an earlier run on this machine measured of
+the same endpoint (named with its age in the tuner's reason), before any configured default:
+the first small read of a session guesses, the ones after it know. Two records per endpoint,
+each with its own time: rank 0's probe (one rank's link) and the shared pipes a job's ranks
+measured together (ingest.driver.probe_rounds).
+
+Where: $INGEST_LINK_CACHE (a file path, or "off"), else $XDG_CACHE_HOME/ingest/links.json, else
+~/.cache/ingest/links.json. A record older than MAX_AGE_S is not used; a file that cannot be
+read or written is ignored (a cache never stops a read).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, fields
+
+from ingest.atomic import atomic_write
+from ingest.core.linkprobe import LinkProbe
+from ingest.core.sharing import SharedCapacity
+
+MAX_AGE_S = 7 * 24 * 3600  # links change (a new NIC, a busier store); a week-old figure is stale
+CACHE_ENV = "INGEST_LINK_CACHE"
+
+
+def cache_path() -> str | None:
+    """The cache file, or None when caching is off."""
+    chosen = os.environ.get(CACHE_ENV, "")
+    if chosen.lower() == "off":
+        return None
+    if chosen:
+        return chosen
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "ingest", "links.json")
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """A record of an endpoint and how old it is."""
+
+    endpoint: str
+    age_s: float
+    probe: LinkProbe | None
+    shared: SharedCapacity | None
+
+    def describe(self) -> str:
+        hours = self.age_s / 3600
+        age = f"{self.age_s:.0f} s" if self.age_s < 120 else f"{self.age_s / 60:.0f} min" if hours < 2 else f"{hours:.1f} h"
+        return f"cached measurement of {self.endpoint} from {age} ago"
+
+
+def _load(path: str) -> dict:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _probe_from(record: dict) -> LinkProbe | None:
+    names = {f.name for f in fields(LinkProbe)}
+    try:
+        values = {k: v for k, v in record.items() if k in names}
+        values["measured"] = tuple(values.get("measured", ()))
+        return LinkProbe(**values)
+    except TypeError:
+        return None  # written by another version of ingest
+
+
+def recall(endpoint: str | None, now_s: float | None = None) -> Recalled | None:
+    """What was measured of `endpoint` within MAX_AGE_S, or None."""
+    path = cache_path()
+    if not endpoint or path is None:
+        return None
+    entry = _load(path).get(endpoint)
+    if not isinstance(entry, dict):
+        return None
+    now_s = time.time() if now_s is None else now_s
+    fresh = {k: v for k, v in entry.items() if isinstance(v, dict) and 0 <= now_s - v.get("at_s", -1e18) <= MAX_AGE_S}
+    if not fresh:
+        return None
+    probe = _probe_from(fresh["probe"]) if "probe" in fresh else None
+    age_s = now_s - max(v["at_s"] for v in fresh.values())
+    shared = None
+    if "shared" in fresh:
+        s = fresh["shared"]
+        shared = SharedCapacity(s.get("node_bytes_per_s"), s.get("egress_bytes_per_s"), bool(s.get("node_cpu_bound")),
+                                source=Recalled(endpoint, now_s - s["at_s"], None, None).describe())
+    return Recalled(endpoint, age_s, probe, shared)
+
+
+def remember(endpoint: str | None, *, probe: LinkProbe | None = None, shared: SharedCapacity | None = None,
+             now_s: float | None = None) -> None:
+    """Keep what was just measured of `endpoint` (a probe, the shared pipes, or both)."""
+    path = cache_path()
+    if not endpoint or path is None or (probe is None and shared is None):
+        return
+    now_s = time.time() if now_s is None else now_s
+    data = _load(path)
+    entry = data.get(endpoint) if isinstance(data.get(endpoint), dict) else {}
+    if probe is not None:
+        entry["probe"] = {**probe.as_dict(), "at_s": now_s}
+    if shared is not None:
+        entry["shared"] = {**shared.as_dict(), "at_s": now_s}
+    data[endpoint] = entry
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with atomic_write(path, f"{path}.{os.getpid()}.tmp", "w") as f:  # concurrent jobs: last one wins
+            f.write(json.dumps(data, indent=1, sort_keys=True))
+    except OSError:
+        pass  # a read-only home: the next run probes again

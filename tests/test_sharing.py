@@ -1,0 +1,110 @@
+"""The job's model of what its ranks share (core/sharing.py) and the cache of measured links."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ingest.core.cost import CostModel
+from ingest.core.linkprobe import LinkProbe
+from ingest.core.sharing import (EGRESS, LATENCY, NODE_CPU, NODE_PIPE, RankLoad, SharedCapacity, SharedRound,
+                                 Topology, predict_job, share_cost, shared_from_rounds)
+from ingest.engine import linkcache
+
+MiB = 1 << 20
+MB = 1e6
+
+
+def test_topology_from_hosts_and_block_distribution():
+    t = Topology.of_hosts(["b", "b", "a", "b", "c"])
+    assert t.node_of_rank == (0, 0, 1, 0, 2) and t.ranks_per_node == (3, 1, 1) and t.most_per_node == 3
+    assert Topology.block(16, 4).ranks_per_node == (4, 4, 4, 4)
+    assert Topology.block(5, 2).node_of_rank == (0, 0, 0, 1, 1)
+    assert Topology.block(2, 4).n_nodes == 2  # no node without a rank
+    assert "16 rank(s) on 4 node(s), 4 per node" == Topology.block(16, 4).describe()
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 10_000), st.integers(0, 1 << 34), st.sampled_from((1, 2, 4, 16, 64)),
+       st.floats(1e-5, 0.1), st.floats(1e6, 1e10), st.floats(0.2, 1.0), st.floats(0, 1e-3), st.floats(0, 2e-9))
+def test_one_rank_sharing_nothing_is_the_cost_model(n, wire, threads, lat, bw, stream_frac, cpu_req, cpu_byte):
+    cost = CostModel(latency_s=lat, bandwidth_bytes_per_s=bw, stream_bandwidth_bytes_per_s=bw * stream_frac,
+                     cpu_per_request_s=min(cpu_req, lat), cpu_per_byte_s=cpu_byte)
+    p = predict_job(cost, SharedCapacity(), Topology.block(1, 1), [RankLoad(n, wire, threads)])
+    assert p.makespan_s == pytest.approx(cost.predict_s(n, wire, threads), rel=1e-12, abs=1e-15)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 16), st.integers(1, 4), st.floats(1e6, 1e9), st.floats(1e6, 1e9), st.floats(1e6, 1e9),
+       st.integers(1 << 20, 1 << 30))
+def test_a_shared_pipe_is_never_faster_than_its_bytes(ranks, nodes, node_bps, egress_bps, alone_bps, wire):
+    """The prediction is at least every pipe's bytes over its capacity, and the binding term is
+    the largest one; each rank's share of a pipe (share_cost) is what the pipe gives all of them."""
+    topo = Topology.block(ranks, nodes)
+    cost = CostModel(latency_s=0.001, bandwidth_bytes_per_s=alone_bps)
+    shared = SharedCapacity(node_bytes_per_s=node_bps, egress_bytes_per_s=egress_bps, source="test")
+    p = predict_job(cost, shared, topo, [RankLoad(4, wire, 4)] * ranks)
+    assert p.makespan_s >= ranks * wire / egress_bps
+    assert p.makespan_s >= topo.most_per_node * wire / node_bps
+    assert p.makespan_s >= wire / alone_bps
+    assert p.terms_s[p.binding] == max(v for k, v in p.terms_s.items() if k != LATENCY) or p.binding == LATENCY
+    share = share_cost(cost, shared, topo).bandwidth_bytes_per_s
+    assert share == pytest.approx(min(alone_bps, node_bps / topo.most_per_node, egress_bps / ranks))
+
+
+def test_the_cluster_of_the_issue_binds_where_its_physics_says():
+    """10 MB/s per node under a 25 MB/s egress, 64 MiB read in all: 1 node is bound by its NIC,
+    4 nodes by the egress; each with the time of its bytes through that pipe."""
+    cost = CostModel(latency_s=0.001, bandwidth_bytes_per_s=10 * MB)
+    shared = SharedCapacity(node_bytes_per_s=10 * MB, egress_bytes_per_s=25 * MB, source="test")
+    for nodes, binding, seconds in ((1, NODE_PIPE, 64 * MiB / 10e6), (4, EGRESS, 64 * MiB / 25e6)):
+        ranks = 4 * nodes
+        p = predict_job(cost, shared, Topology.block(ranks, nodes), [RankLoad(2, 64 * MiB // ranks, 4)] * ranks)
+        assert p.binding == binding and p.makespan_s == pytest.approx(seconds, rel=0.01)
+
+
+def shared_round(name, ranks, nodes, bps, busy=0.3):
+    return SharedRound(name, ranks, nodes, 4, int(bps), 1.0, busy)
+
+
+def test_rounds_tell_a_node_pipe_from_an_egress_and_from_cores():
+    alone = CostModel(latency_s=0.001, bandwidth_bytes_per_s=10 * MB)  # one rank fills its node's 10 MB/s
+    # four ranks on one node got what one gets: they share its pipe
+    node = shared_from_rounds(alone, [shared_round("node", 4, 1, 10 * MB)], SharedCapacity())
+    assert node.node_bytes_per_s == 10 * MB and node.egress_bytes_per_s is None and node.node_term == NODE_PIPE
+    # four nodes got 25 MB/s together where their NICs would carry 40: an egress
+    egress = shared_from_rounds(alone, [shared_round("nodes", 4, 4, 25 * MB)], SharedCapacity())
+    assert egress.egress_bytes_per_s == 25 * MB
+    # two nodes that got twice one: nothing behind them binds
+    assert shared_from_rounds(alone, [shared_round("nodes", 2, 2, 20 * MB)], SharedCapacity()).egress_bytes_per_s is None
+    # ranks on one machine that kept its cores busy: the node's "pipe" is its CPU
+    fast = CostModel(latency_s=0.0005, bandwidth_bytes_per_s=2e9)
+    cores = shared_from_rounds(fast, [shared_round("node", 4, 1, 0.8e9, busy=0.95)], SharedCapacity())
+    assert cores.node_cpu_bound and cores.node_term == NODE_CPU
+    # ranks that added up: no node pipe binds at that count
+    assert shared_from_rounds(fast, [shared_round("node", 2, 1, 3.9e9)], SharedCapacity()).node_bytes_per_s is None
+
+
+def test_the_link_cache_keeps_a_probe_and_the_shared_pipes_with_their_age(tmp_path, monkeypatch):
+    monkeypatch.setenv(linkcache.CACHE_ENV, str(tmp_path / "links.json"))
+    probe = LinkProbe(0.002, 10 * MB, 20 * MB, 2, 3 * MiB, 0.4, measured=("stream", "streams"))
+    shared = SharedCapacity(node_bytes_per_s=10 * MB, egress_bytes_per_s=25 * MB, source="measured")
+    assert linkcache.recall("http://store:9000") is None
+    linkcache.remember("http://store:9000", probe=probe, now_s=1000.0)
+    linkcache.remember("http://store:9000", shared=shared, now_s=1000.0 + 3600)
+    got = linkcache.recall("http://store:9000", now_s=1000.0 + 7200)
+    assert got.probe == probe and got.age_s == pytest.approx(3600)
+    assert (got.shared.node_bytes_per_s, got.shared.egress_bytes_per_s) == (10 * MB, 25 * MB)
+    assert "cached measurement of http://store:9000 from 60 min ago" == got.shared.source
+    assert linkcache.recall("http://other:9000") is None
+    assert linkcache.recall("http://store:9000", now_s=1000.0 + linkcache.MAX_AGE_S + 7200) is None  # stale
+    monkeypatch.setenv(linkcache.CACHE_ENV, "off")
+    assert linkcache.recall("http://store:9000") is None
+
+
+def test_a_broken_cache_file_is_ignored(tmp_path, monkeypatch):
+    path = tmp_path / "links.json"
+    path.write_text("{not json")
+    monkeypatch.setenv(linkcache.CACHE_ENV, str(path))
+    assert linkcache.recall("http://store:9000") is None
+    linkcache.remember("http://store:9000", shared=SharedCapacity(node_bytes_per_s=1.0))
+    assert linkcache.recall("http://store:9000").shared.node_bytes_per_s == 1.0
