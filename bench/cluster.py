@@ -103,7 +103,9 @@ def _cell(cluster: Cluster, url: str, shape, workload: str, method: str, ranks: 
     argv = [*(["run", "--method", "s3"] if method == "direct" else
               ["stage", "--method", "s3", "--stage-with", "s5cmd", "--stage-dir",
                os.path.join(cluster.shared_dir, "stage")]),
-            "--source", url, *workload_args(workload, shape), "--threads", "4", "--report", report, "--no-progress"]
+            "--source", url, *workload_args(workload, shape), "--report", report, "--no-progress",
+            # direct reads: the planner chooses threads for the whole job; staging's read as before
+            *([] if method == "direct" else ["--threads", "4"])]
     if method == "staging":
         os.makedirs(stage_here, exist_ok=True)
     cmd = cluster.mpiexec_command([sys.executable, "-m", "ingest", *argv], ranks, map_by="node")
@@ -128,6 +130,11 @@ def _cell(cluster: Cluster, url: str, shape, workload: str, method: str, ranks: 
     rpn = math.ceil(ranks / nodes)  # --map-by node: the fullest node holds ceil(N/M) ranks
     if method == "direct":
         row["makespan_s"] = agg["makespan_s"]
+        prediction = (rep.get("settings") or {}).get("prediction") or {}
+        if prediction.get("makespan_s"):  # the planner's whole-job prediction, made before the read
+            row.update(predicted_s=prediction["makespan_s"], predicted_binding=prediction["binding"],
+                       measured_over_predicted=agg["makespan_s"] / prediction["makespan_s"],
+                       shared_source=prediction.get("shared_source"))
         lim = spec_limit(cluster.spec, agg["bytes_wire"], ranks, source="store", nodes=nodes, ranks_per_node=rpn)
         window = row["makespan_s"]
     else:
@@ -191,6 +198,9 @@ def run(args) -> dict:
     workloads, methods = args.workloads.split(","), args.methods.split(",")
     staging_workloads = args.staging_workloads.split(",") if args.staging_workloads else workloads
     work_dir = tempfile.mkdtemp(prefix="ingest-bench-cluster-")
+    # The cells share one cache of measured links, as a centre's runs do: a cell too small to
+    # probe is planned with what an earlier cell measured (the report names which it used).
+    os.environ["INGEST_LINK_CACHE"] = os.path.join(work_dir, "links.json")
     cube = os.path.join(work_dir, "cube.fits")
     write_cube(cube, SHAPE, -32)
     object_bytes = os.path.getsize(cube)
@@ -234,11 +244,15 @@ def to_markdown(results: dict) -> str:
             order.get(kv[0][0], 9), order.get(kv[0][1], 9), kv[0][2], kv[0][3])):
         ok = [r for r in rs if r["status"] == "ok"]
         if not ok:
-            body.append([workload, method, nodes, ranks, "failed", "-", "-", "-", "-", "-", "-"])
+            body.append([workload, method, nodes, ranks, "failed", *["-"] * 9])
             continue
         med = statistics.median
         r0 = ok[0]
+        predicted = [r for r in ok if r.get("predicted_s")]
         body.append([workload, method, nodes, ranks, f"{med(r['makespan_s'] for r in ok):.3f}",
+                     f"{med(r['predicted_s'] for r in predicted):.3f}" if predicted else "-",
+                     f"{med(r['measured_over_predicted'] for r in predicted):.2f}" if predicted else "-",
+                     predicted[0]["predicted_binding"] if predicted else "-",
                      f"{r0['limit_s']:.3f}", f"{med(r['ratio'] for r in ok):.2f}",
                      f"{med(r['bytes_wire'] for r in ok) / common.MiB:.1f}",
                      f"{med(r['bytes_needed'] for r in ok) / common.MiB:.2f}", r0["limit_binding"],
@@ -251,7 +265,8 @@ def to_markdown(results: dict) -> str:
     if not results.get("complete", True):
         head += "\n\nPartial: the run was stopped; these are the cells it finished."
     return "\n".join([head, "", common.markdown_table(
-        ["workload", "method", "nodes", "ranks", "makespan s", "limit s", "x limit", "wire MiB", "needed MiB",
+        ["workload", "method", "nodes", "ranks", "makespan s", "predicted s", "measured / predicted", "model binds",
+         "limit s", "x limit", "wire MiB", "needed MiB",
          "limit's pipe",
          "bottleneck"], body)])
 

@@ -5,10 +5,11 @@ import json
 
 from ingest.api.read import plan_with
 from ingest.config import add_run_arguments, config_from_args
-from ingest.config.settings import configured_settings, resolve_settings, retry_policy, transport_options
+from ingest.config.settings import resolve_settings, retry_policy, settings_for_job, transport_options
 from ingest.core.linkprobe import LATENCY_THREADS
-from ingest.core.selection import normalize, parse_region
-from ingest.driver.job import assign, box_bytes, decompose_job
+from ingest.core.selection import box_to_region, normalize, parse_region
+from ingest.core.sharing import Topology
+from ingest.driver.job import assign, box_bytes, decompose_job, predict
 from ingest.errors import ConfigError
 from ingest.formats.hdf5 import list_datasets
 from ingest.formats.reader import read_any_layout, read_any_layout_timed
@@ -99,7 +100,11 @@ _MODEL_OPTIONS = ("latency_s", "bandwidth_bytes_per_s", "cpu_per_request_s")
 
 def _plan(args) -> int:
     cfg = config_from_args(args)
-    n_ranks = None if args.ranks is None else _ranks(args.ranks)
+    n_ranks = None if args.ranks is None else _whole("ranks", args.ranks)
+    if args.nodes is not None and n_ranks is None:
+        raise ConfigError("nodes: give --ranks too (the job's ranks are spread over --nodes as srun's block "
+                          "distribution places them)")
+    n_nodes = 1 if args.nodes is None else _whole("nodes", args.nodes)
     model_given = any(getattr(args, name) is not None for name in _MODEL_OPTIONS)
     region = parse_region(cfg.region or "")
     with open_transport(cfg.source, cfg.method, threads=LATENCY_THREADS, **transport_options(cfg)) as transport:
@@ -113,6 +118,9 @@ def _plan(args) -> int:
         summary["tuning"] = tuning.as_dict()
     summary["box"] = [list(b) for b in sel.box]
     summary["threads"] = settings.threads
+    job = None if n_ranks is None else _job(cfg, settings, layout, Topology.block(n_ranks, n_nodes))
+    if job is not None:
+        summary["job"] = job["summary"]
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -137,8 +145,8 @@ def _plan(args) -> int:
         f"(model: {cost.latency_s * 1e3:.2f} ms per request, {format_bytes(cost.bandwidth_bytes_per_s)}/s, "
         f"client CPU {cost.cpu_per_request_s * 1e6:.0f} µs per request)"
     )
-    if n_ranks is not None:
-        _print_regions(cfg, layout, n_ranks)
+    if job is not None:
+        _print_job(job, layout)
     for i in range(min(args.requests, plan.n_requests)):
         req = plan.request(i)
         print(f"  request {i}: bytes [{req.offset}, {req.offset + req.nbytes})  {format_bytes(req.nbytes)}")
@@ -160,25 +168,48 @@ def _describe_cube(layout) -> str:
     return f"{what}, data at byte {layout.data_offset}"
 
 
-def _print_regions(cfg, layout, n_ranks: int) -> None:
-    """The job's regions (as `run`/`prestage` would split it on n_ranks ranks), and who reads which."""
-    grid_fits, reason, regions = decompose_job(cfg, configured_settings(cfg), layout, n_ranks)
-    rank_of = {i: r for r, mine in enumerate(assign(regions, layout.itemsize, n_ranks)) for i in mine}
-    print(f"regions on {n_ranks} rank(s): {reason}")
+def _job(cfg, settings, layout, topology: Topology) -> dict:
+    """The job `run` would make of --region on topology's ranks: its settings (chosen again for
+    each rank's share of what the ranks share), regions, who reads which, and its prediction."""
+    n_ranks = topology.n_ranks
+    if layout.kind != "tiles":
+        _, _, first = decompose_job(cfg, settings, layout, n_ranks)  # the grid depends on the link too
+        largest = max(first, key=lambda box: box_bytes(box, layout.itemsize))
+        settings = settings_for_job(cfg, settings, layout, normalize(box_to_region(largest), layout.shape),
+                                    settings.shared, topology)
+    grid_fits, reason, regions = decompose_job(cfg, settings, layout, n_ranks)
+    assignment = assign(regions, layout.itemsize, n_ranks)
+    prediction = predict(cfg, settings, layout, regions, assignment, topology)
+    summary = {**prediction.as_dict(), "strategy": settings.strategy, "threads": settings.threads,
+               "chunk_bytes": settings.chunk_bytes, "grid_fits": list(grid_fits), "regions": len(regions),
+               "tuning": settings.tuning.reason if settings.tuning is not None else None}
+    return {"summary": summary, "prediction": prediction, "reason": reason, "regions": regions,
+            "assignment": assignment, "settings": settings}
+
+
+def _print_job(job: dict, layout) -> None:
+    """The job's regions (as `run`/`prestage` would split them), who reads which, and the whole
+    job's predicted makespan with the term that binds it."""
+    prediction, settings, regions = job["prediction"], job["settings"], job["regions"]
+    rank_of = {i: r for r, mine in enumerate(job["assignment"]) for i in mine}
+    print(f"regions on {prediction.topology.n_ranks} rank(s): {job['reason']}")
     print("  region  rank  x_min, x_max, y_min, y_max, z_min, z_max (0-based, inclusive)  bytes")
     for i, box in enumerate(regions):
         inclusive = ", ".join(f"{a}, {b - 1}" for a, b in reversed(box))
         print(f"  {i + 1:6d}  {rank_of[i]:4d}  {inclusive:<50}  {format_bytes(box_bytes(box, layout.itemsize))}")
+    print(f"job: each rank {settings.strategy}, {settings.threads} in flight, requests up to "
+          f"{format_bytes(settings.chunk_bytes)}; {prediction.describe()}")
+    print(f"  shared pipes: {prediction.source}")
 
 
-def _ranks(text: str) -> int:
-    """--ranks N: a whole number >= 1."""
+def _whole(name: str, text: str) -> int:
+    """--ranks N, --nodes M: a whole number >= 1."""
     try:
         value = int(text)
     except ValueError:
         value = 0
     if value < 1:
-        raise ConfigError(f"ranks: expected a whole number >= 1, got {text!r}")
+        raise ConfigError(f"{name}: expected a whole number >= 1, got {text!r}")
     return value
 
 
@@ -195,5 +226,9 @@ def add_parser(sub) -> None:
     p.add_argument("--requests", type=int, default=5, help="list the first N requests (default 5)")
     p.add_argument("--ranks", default=None, metavar="N",
                    help="also list the regions a job on N ranks splits --region (default the cube) into, and "
-                        "which rank reads each (--grid, --halo, --region-shape, --min-overlap as for run)")
+                        "which rank reads each (--grid, --halo, --region-shape, --min-overlap as for run), and the "
+                        "whole job's predicted makespan with the term that binds it")
+    p.add_argument("--nodes", default=None, metavar="M",
+                   help="with --ranks: the nodes the ranks run on (srun's block distribution), so the prediction "
+                        "counts what each node's ranks share (default 1)")
     p.set_defaults(func=_plan)

@@ -1,0 +1,64 @@
+"""The whole job's prediction against the local S3 server: the probe rounds in which several
+ranks read at once, the prediction and its binding term in the report, `plan --ranks N --nodes
+M`, and a read too small to probe that is planned with what an earlier run measured."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ingest.core.sharing import CONNECTION, CPU, EGRESS, LATENCY, NODE_CPU, NODE_PIPE, RANK_LINK
+from tests.mpitools import child_env, cli, mpiexec, upload_fits_cube
+
+TERMS = {LATENCY, CPU, CONNECTION, RANK_LINK, NODE_PIPE, NODE_CPU, EGRESS}
+SHAPE = (128, 512, 512)  # 64 MiB of int16: enough to repay a probe and a round of four ranks
+
+
+@pytest.fixture(scope="module")
+def cube(s3_server, tmp_path_factory):
+    return upload_fits_cube(s3_server, tmp_path_factory.mktemp("predict"), "predict-cubes", SHAPE)
+
+
+def test_four_ranks_measure_what_they_share_and_the_report_says_what_binds(cube, s3_server, tmp_path):
+    report_path = tmp_path / "report.json"
+    env = child_env(s3_server, INGEST_LINK_CACHE=str(tmp_path / "links.json"))
+    proc, _ = mpiexec(4, ["run", "--source", cube["s3"], "--report", report_path, "--no-progress"], env)
+    assert proc.returncode == 0, proc.stderr
+    settings = json.loads(report_path.read_text())["settings"]
+    prediction = settings["prediction"]
+    assert (prediction["ranks"], prediction["nodes"], prediction["ranks_per_node"]) == (4, 1, [4])
+    assert prediction["binding"] in TERMS and prediction["makespan_s"] == settings["predicted_makespan_s"] > 0
+    assert set(prediction["terms_s"]) <= TERMS
+    # one round: the four ranks on rank 0's node reading at once (one node: no "nodes" round)
+    (node_round,) = settings["shared_rounds"]
+    assert node_round["name"] == "node" and node_round["ranks"] == 4 and node_round["total_bytes"] > 0
+    assert prediction["shared_source"].startswith("measured: node round (4 ranks")
+    assert "bound by" in proc.stdout and "measured / predicted" in proc.stdout
+    # what they measured is kept for the next run on this endpoint
+    kept = json.loads((tmp_path / "links.json").read_text())
+    (entry,) = kept.values()
+    assert "probe" in entry and "shared" in entry
+
+
+def test_plan_predicts_a_job_of_n_ranks_on_m_nodes(cube, s3_server):
+    proc = cli(["plan", cube["s3"], "--ranks", "16", "--nodes", "4", "--json", "--latency-s", "0.001",
+                "--bandwidth-bytes-per-s", "40MB"], child_env(s3_server))
+    assert proc.returncode == 0, proc.stderr
+    job = json.loads(proc.stdout)["job"]
+    assert (job["ranks"], job["nodes"], job["ranks_per_node"]) == (16, 4, [4, 4, 4, 4])
+    assert job["regions"] == 16 and job["binding"] in TERMS and job["makespan_s"] > 0
+    text = cli(["plan", cube["s3"], "--ranks", "16", "--nodes", "4", "--requests", "0"], child_env(s3_server))
+    assert "predicted makespan" in text.stdout and "16 rank(s) on 4 node(s), 4 per node, bound by" in text.stdout
+    bad = cli(["plan", cube["s3"], "--nodes", "4"], child_env(s3_server))
+    assert bad.returncode != 0 and "nodes: give --ranks too" in bad.stderr
+
+
+def test_a_read_too_small_to_probe_is_planned_with_what_an_earlier_run_measured(cube, s3_server, tmp_path):
+    env = child_env(s3_server, INGEST_LINK_CACHE=str(tmp_path / "links.json"))
+    thin = ["plan", cube["s3"], "--region", "0:128,100:101,100:104", "--probe", "--json"]
+    first = json.loads(cli(thin, env).stdout)["tuning"]["reason"]
+    assert "configured cost model" in first  # 512 bytes: no probe repays itself, nothing known yet
+    whole = cli(["run", "--source", cube["s3"], "--no-progress"], env)
+    assert whole.returncode == 0, whole.stderr
+    later = json.loads(cli(thin, env).stdout)["tuning"]["reason"]
+    assert later.startswith(f"cached measurement of {s3_server.endpoint_url}") and " s ago" in later
