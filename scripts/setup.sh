@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Install everything ingest needs on a fresh Debian machine: Open MPI (apt), the Python
-# package with its test extras (pip), and the real servers the tests start (go install):
-# the Versity S3 Gateway and Toxiproxy. Idempotent: a second run only checks.
+# Install everything ingest needs on a fresh Debian machine: Open MPI and MPICH (apt; the MPI
+# tests run under both families), the Python package with its test extras (pip), and the real
+# servers the tests start (go install): the Versity S3 Gateway and Toxiproxy. Idempotent: a
+# second run only checks.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 tools_dir=${INGEST_TOOLS_DIR:-$HOME/.local/share/ingest/bin}
 mkdir -p "$tools_dir"
 
 need_apt=()
-command -v mpiexec >/dev/null 2>&1 || need_apt+=(openmpi-bin libopenmpi-dev)
+# By their Debian names: once MPICH is there, a bare `mpiexec` may be MPICH's.
+command -v mpiexec.openmpi >/dev/null 2>&1 || need_apt+=(openmpi-bin libopenmpi-dev)
+{ command -v mpiexec.mpich && command -v mpicc.mpich; } >/dev/null 2>&1 || need_apt+=(mpich libmpich-dev)  # tests/test_mpich.py
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 { command -v sshfs && [ -x /usr/sbin/sshd ]; } >/dev/null 2>&1 || need_apt+=(sshfs openssh-server)  # testbed/cluster: shared fs
 command -v tinyproxy >/dev/null 2>&1 || need_apt+=(tinyproxy-bin)  # tests: forward proxy; -bin: the binary alone, no service left running
@@ -19,7 +22,25 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
 fi
 
+# Both families register the same Debian alternatives (mpirun/mpiexec, mpicc, libmpi.so). Open
+# MPI's priority wins in auto mode today; pin it anyway, only where a group points elsewhere, so
+# plain `mpiexec` and mpi4py's default library stay Open MPI's whatever order they came in.
+for group in mpirun mpi "mpi-$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)"; do
+  current=$(update-alternatives --query "$group" 2>/dev/null | sed -n 's/^Value: //p')
+  wanted=$(update-alternatives --list "$group" 2>/dev/null | grep -m1 openmpi || true)
+  if [ -n "$wanted" ] && [ "$current" != "$wanted" ]; then
+    echo "setup: alternative $group -> $wanted (was ${current:-unset})" >&2
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+    $SUDO update-alternatives --quiet --set "$group" "$wanted"
+  fi
+done
+
 python3 -m pip install -q --disable-pip-version-check -e "$here[test,bench,dask]"
+# MPICH ranks need mpi4py's PyPI wheel (4.1+), which carries a build per MPI family (MPI.mpich.*,
+# MPI.openmpi.*) and picks one at import (MPI4PY_MPIABI); a source build serves one MPI only.
+if ! python3 -c "import glob, os, mpi4py, sys; sys.exit(not glob.glob(os.path.join(os.path.dirname(mpi4py.__file__), 'MPI.mpich.*')))" 2>/dev/null; then
+  python3 -m pip install -q --disable-pip-version-check --only-binary=mpi4py --upgrade "mpi4py>=4.1"
+fi
 
 # Go tools: versions pinned to what ../shared/INFRA.md measured.
 go_tool() {  # go_tool BINARY_NAME MODULE@VERSION

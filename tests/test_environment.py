@@ -361,7 +361,70 @@ def test_aws_max_attempts_goes_to_ingests_retries_not_boto3s(store, pki, home, m
     config = aws_files(home, "[default]\nmax_attempts = 7\nretry_mode = adaptive\n")
     chosen = sources(resolve())
     assert resolve().max_attempts == 7 and chosen["max_attempts"] == f"profile 'default' in {config}"
+    shown = {setting: value for setting, value, _source in describe_environment()}
+    assert shown["max_attempts"] == "7 (ingest retries: 6, unless ingest's retries is set)"
     assert "retry_mode" in chosen  # shown as not followed
+
+
+def attempts_against_a_dead_store(source: str, engine: str, retries=None) -> tuple[int, object]:
+    """(attempts one 4 KiB read made, its RunConfig) against an endpoint that refuses every
+    connection, retrying as a job's RunConfig says (the command line's --retries, if given)."""
+    from ingest.config import load_config
+    from ingest.config.settings import retry_policy, transport_options
+
+    cfg = load_config({"source": source, "engine": engine, "retries": retries, "retry_backoff_s": 0.001})
+    faults = []
+    with open_transport(cfg.source, cfg.resolved_method, **transport_options(cfg)) as transport:
+        transport.adopt(ObjectInfo(len(BLOB)))  # no stat: the read alone counts
+        with pytest.raises(TransportError, match="gave up"):
+            read_with_retries(transport, memoryview(bytearray(4096)), 0, retry_policy(cfg),
+                              lambda error, *_: faults.append(error))
+    assert {error.kind for error in faults} == {"connect"}, faults
+    return len(faults), cfg
+
+
+@pytest.mark.parametrize("method", ["s3", "presigned"])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_max_attempts_becomes_ingests_retries_unless_retries_is_set(home, monkeypatch, engine, method):
+    """botocore's max_attempts counts the first attempt: AWS_MAX_ATTEMPTS=3 is 2 ingest retries, 3
+    attempts per request, on every engine and method; the variable beats the profile's, as in
+    botocore; an explicit retries setting beats both; neither set: ingest's 5 retries."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # refuses connections
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLEEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-a-real-secret")
+    source = source_for(method) if method == "presigned" else f"s3://{BUCKET}/{BLOB_KEY}"
+    config = aws_files(home, "[default]\nmax_attempts = 4\n")
+    attempts, cfg = attempts_against_a_dead_store(source, engine)
+    assert attempts == 4 and cfg.resolved_retries == (3, f"max_attempts 4 from profile 'default' in {config}, "
+                                                         "less the first attempt")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "3")
+    attempts, cfg = attempts_against_a_dead_store(source, engine)
+    assert attempts == 3 and cfg.to_report_dict()["resolved_retries"] == 2
+    assert cfg.resolved_retries[1].startswith("max_attempts 3 from AWS_MAX_ATTEMPTS")
+    attempts, cfg = attempts_against_a_dead_store(source, engine, retries="0")  # as `--retries 0` arrives
+    assert attempts == 1 and cfg.resolved_retries == (0, "retries setting")
+    aws_files(home)
+    monkeypatch.delenv("AWS_MAX_ATTEMPTS")
+    assert attempts_against_a_dead_store(source, engine, retries=None)[1].resolved_retries == (5, "default")
+
+
+def test_max_attempts_on_the_command_line_and_in_info(home, tmp_path):
+    """`info`: AWS_MAX_ATTEMPTS=3 alone gives 3 attempts, --retries 1 gives 2; unset, `info` says
+    ingest's default applies; a local file never consults the AWS settings (a missing profile
+    does not fail it)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "SLURM_"))}
+    env.update(AWS_ENDPOINT_URL=f"http://127.0.0.1:{free_port()}", AWS_ACCESS_KEY_ID="AKIAEXAMPLEEXAMPLE",
+               AWS_SECRET_ACCESS_KEY="not-a-real-secret", AWS_MAX_ATTEMPTS="3", PYTHONPATH=ROOT)
+    uri = f"s3://{BUCKET}/{CUBE_KEY}"
+    for extra, attempts in (([], 3), (["--retries", "1"], 2)):
+        proc = cli(["info", uri, "--engine", "native", "--retry-backoff-s", "0.001", *extra], env)
+        assert proc.returncode == 1 and f"gave up after {attempts} attempt(s)" in proc.stderr, proc.stderr
+    rows = {setting: (value, source) for setting, value, source in describe_environment()}
+    assert rows["max_attempts"][1] == "default" and "else 5" in rows["max_attempts"][0]
+    cube = tmp_path / "cube.fits"
+    write_cube(cube, (2, 8, 8), 16)
+    proc = cli(["info", cube], {**env, "AWS_PROFILE": "no-such-profile"})
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_describe_environment_names_every_source_and_hides_secrets(home, monkeypatch):

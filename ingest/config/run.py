@@ -24,6 +24,7 @@ from ingest.core.parts import MAX_PART_BYTES, MIN_PART_BYTES
 from ingest.errors import ConfigError, RegionError
 from ingest.redact import looks_secret, redact_url
 from ingest.transports.presign import MAX_EXPIRES_S, parse_s3_uri
+from ingest.transports.retry import RetryPolicy
 from ingest.core.selection import parse_region
 from ingest.core.regions import parse_min_overlap, parse_region_shape
 from ingest.units import parse_bytes
@@ -148,7 +149,10 @@ class RunConfig:
     progress: bool = _opt(True, kind="bool", commands=JOBS + ("publish",), help="show a progress bar on rank 0")
     presign_expires_s: int = _opt(3600, unit="s", kind="int", low=1, high=MAX_EXPIRES_S, commands=JOBS + ("publish",),
                                   help="lifetime of URLs ingest presigns itself (SigV4 allows 7 days)")
-    retries: int = _opt(5, commands=OPENERS + ("publish",), unit="retries", kind="int", low=0, help="retries per request after a retryable error")
+    retries: int | None = _opt(None, commands=OPENERS + ("publish",), unit="retries", kind="int", low=0,
+                               help="retries per request after a retryable error",
+                               shown_default=f"max_attempts - 1 from AWS_MAX_ATTEMPTS or the AWS profile, "
+                                             f"else {RetryPolicy.retries}")
     retry_backoff_s: float = _opt(0.2, commands=OPENERS + ("publish",), unit="s", kind="float", low=0.0,
                                   help="first retry waits up to this long; the ceiling doubles each retry (full jitter)")
     retry_total_s: float = _opt(300.0, commands=OPENERS + ("publish",), unit="s", kind="float", low=0.0, low_open=True,
@@ -237,10 +241,30 @@ class RunConfig:
             return self.method
         return {"s3": "s3", "http": "presigned", "path": "posix"}[_source_form(self.source)]
 
+    @property
+    def resolved_retries(self) -> tuple[int, str]:
+        """(retries per request, where that came from): the one place `retries` gets its default.
+
+        Set (command line, config file, API): it wins. Else, for a job that talks to a store, the
+        max_attempts the user gave boto3 and the AWS CLI (AWS_MAX_ATTEMPTS, the profile's
+        max_attempts) less the first attempt, for every engine and method alike; else 5. A local
+        read never consults the AWS settings, so a stray AWS_PROFILE cannot fail it."""
+        if self.retries is not None:
+            return self.retries, "retries setting"
+        if self.resolved_method != "posix" or self.dest is not None:  # publish: a local source, a store dest
+            from ingest.transports.environment import resolve
+
+            found = resolve({"endpoint_url": self.endpoint_url, "ca_bundle": self.ca_bundle,
+                             "verify_tls": self.verify_tls}).retries()
+            if found is not None:
+                return found
+        return RetryPolicy.retries, "default"
+
     def to_report_dict(self) -> dict:
         """All fields for the JSON report, with presigned query strings and URL passwords removed."""
         out = {**asdict(self), **self._redacted()}
         out["resolved_method"] = self.resolved_method
+        out["resolved_retries"] = self.resolved_retries[0]
         from ingest.transports import resolved_engine  # late: the config must load without the I/O layer
 
         out["resolved_engine"] = resolved_engine(self.resolved_method, self.engine)

@@ -129,5 +129,5 @@ def transport_options(cfg: RunConfig) -> dict:
 
 
 def retry_policy(cfg: RunConfig) -> RetryPolicy:
-    """How each request retries transient faults, from the config."""
-    return RetryPolicy(retries=cfg.retries, total_s=cfg.retry_total_s, backoff_s=cfg.retry_backoff_s)
+    """How each request retries transient faults, from the config (retries: RunConfig.resolved_retries)."""
+    return RetryPolicy(retries=cfg.resolved_retries[0], total_s=cfg.retry_total_s, backoff_s=cfg.retry_backoff_s)

@@ -13,8 +13,12 @@ from ingest.core.sharing import Topology
 from ingest.errors import IngestError
 
 # Launchers export the task count they started; a world smaller than that means mpi4py was not
-# wired to the launcher (srun --mpi=none, a PMIx mismatch) and every task is a size-1 world.
-_LAUNCHER_COUNTS = ("SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
+# wired to the launcher (srun --mpi=none, a PMIx mismatch, mpi4py on Open MPI under MPICH's
+# hydra) and every task is a size-1 world. The MPI launchers' own counts come first: Open MPI's
+# mpirun (OMPI_COMM_WORLD_SIZE), MPICH's hydra mpiexec and srun --mpi=pmi2 (PMI_SIZE), PMIx
+# (PMIX_SIZE). Under SLURM, mpirun and hydra start their per-node daemons with srun, one task per
+# node, so the SLURM_STEP_NUM_TASKS a rank inherits from them counts nodes, not ranks.
+_LAUNCHER_COUNTS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_STEP_NUM_TASKS")
 
 
 class RootStepFailed(IngestError):
@@ -26,7 +30,7 @@ def world():
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    check_world_size(comm.Get_size(), os.environ)
+    check_world_size(comm.Get_size(), os.environ, library=MPI.Get_library_version().splitlines()[0].strip())
     return comm
 
 
@@ -41,16 +45,19 @@ def launcher_tasks(environ) -> tuple[str, int] | None:
     return None
 
 
-def check_world_size(size: int, environ) -> None:
-    """Refuse to run N silent singleton worlds when the launcher started N tasks."""
+def check_world_size(size: int, environ, library: str | None = None) -> None:
+    """Refuse to run N silent singleton worlds when the launcher started N tasks. `library`: the
+    MPI library mpi4py loaded (its version string's first line), for the message."""
     found = launcher_tasks(environ)
     if found and found[1] != size:
         name, count = found
+        uses = f" (it uses {library})" if library else ""
         raise IngestError(
             f"MPI world has {size} rank(s) but the launcher started {count} task(s) ({name}={count}): "
-            "mpi4py is not connected to the launcher, so every task would run alone. Under srun use "
+            f"mpi4py{uses} is not connected to the launcher, so every task would run alone. Under srun use "
             "--mpi=pmix (not --mpi=none) with an MPI that mpi4py was built against; under mpiexec, "
-            "run the mpiexec of the MPI library mpi4py uses."
+            "run the mpiexec of the MPI library mpi4py uses. mpi4py's PyPI wheel picks its MPI family "
+            "at import: MPI4PY_MPIABI=mpich (MPICH, Cray MPICH, Intel MPI) or openmpi."
         )
 
 

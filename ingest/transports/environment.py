@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from ingest.errors import ConfigError
 from ingest.redact import redact_url
+from ingest.transports.retry import RetryPolicy
 
 PRECEDENCE: dict[str, tuple[str, ...]] = {
     "profile": ("option", "AWS_DEFAULT_PROFILE", "AWS_PROFILE", "'default'"),
@@ -36,7 +37,7 @@ PRECEDENCE: dict[str, tuple[str, ...]] = {
     "proxy for http://": ("http_proxy (lower case only, as curl)", "all_proxy", "ALL_PROXY", "none"),
     "proxy for https://": ("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "none"),
     "no_proxy": ("no_proxy", "NO_PROXY", "none"),
-    "max_attempts": ("AWS_MAX_ATTEMPTS", "profile max_attempts", "ingest's retries setting"),
+    "max_attempts": ("AWS_MAX_ATTEMPTS", "profile max_attempts", "none: ingest's default retries"),
 }
 # Consulted after botocore's own chain: each is honoured by a tool users configure (requests and
 # botocore's endpoint, the curl tool, OpenSSL/Go/s5cmd), and a bundle found by one engine only
@@ -73,6 +74,15 @@ class Environment:
     no_proxy_source: str
     max_attempts: int | None  # AWS_MAX_ATTEMPTS or the profile's: attempts per request, first included
     provenance: tuple[Setting, ...]
+
+    def retries(self) -> tuple[int, str] | None:
+        """(ingest retries, where from) that the user's max_attempts means, or None when unset.
+        botocore counts the first attempt in max_attempts; ingest's `retries` counts only the
+        attempts after it, so AWS_MAX_ATTEMPTS=5 is 4 retries, as boto3 would make at most 5 calls."""
+        if self.max_attempts is None:
+            return None
+        source = next(s.source for s in self.provenance if s.name == "max_attempts")
+        return self.max_attempts - 1, f"max_attempts {self.max_attempts} from {source}, less the first attempt"
 
     def tls_for(self, url: str | None) -> tuple[bool, str | None]:
         """(verify, CA file or None for the default store) for a connection to `url`; a configured
@@ -408,13 +418,14 @@ class _Resolver:
             self.note("retry_mode", "not followed: ingest backs off with full jitter and counts every retry",
                       "AWS_RETRY_MODE" if self.env.get("AWS_RETRY_MODE") else self.in_profile("retry_mode"))
         if value is None:
-            self.note("max_attempts", "ingest's retries setting", "default")
+            self.note("max_attempts", f"not set (ingest retries: its retries setting, else {RetryPolicy.retries})",
+                      "default")
             return None
         source = "AWS_MAX_ATTEMPTS" if self.env.get("AWS_MAX_ATTEMPTS") else self.in_profile("max_attempts")
         if value < 1:
             raise ConfigError(f"max_attempts: {value} (from {source}) must be at least 1 "
                               "(attempts, the first included)")
-        self.note("max_attempts", f"{value} (ingest retries: {value - 1}, when ingest's own is not set)", source)
+        self.note("max_attempts", f"{value} (ingest retries: {value - 1}, unless ingest's retries is set)", source)
         return value
 
 
