@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from ingest.core.sharing import CONNECTION, CPU, EGRESS, LATENCY, NODE_CPU, NODE_PIPE, RANK_LINK
+from ingest.core.sharing import CONNECTION, CPU, EGRESS, LATENCY, NODE_CPU, NODE_PIPE, RANK_LINK, REQUESTS
 from tests.mpitools import child_env, cli, mpiexec, upload_fits_cube
 
-TERMS = {LATENCY, CPU, CONNECTION, RANK_LINK, NODE_PIPE, NODE_CPU, EGRESS}
+TERMS = {LATENCY, CPU, CONNECTION, RANK_LINK, NODE_PIPE, NODE_CPU, EGRESS, REQUESTS}
 SHAPE = (128, 512, 512)  # 64 MiB of int16: enough to repay a probe and a round of four ranks
 
 
@@ -32,6 +32,7 @@ def test_four_ranks_measure_what_they_share_and_the_report_says_what_binds(cube,
     # one round: the four ranks on rank 0's node reading at once (one node: no "nodes" round)
     (node_round,) = settings["shared_rounds"]
     assert node_round["name"] == "node" and node_round["ranks"] == 4 and node_round["total_bytes"] > 0
+    assert node_round["small_requests"] == 4 * 4 and node_round["small_wall_s"] > 0  # a wave of 4 each
     assert prediction["shared_source"].startswith("measured: node round (4 ranks")
     assert "bound by" in proc.stdout and "measured / predicted" in proc.stdout
     # what they measured is kept for the next run on this endpoint
@@ -55,9 +56,10 @@ def test_plan_predicts_a_job_of_n_ranks_on_m_nodes(cube, s3_server):
 
 def test_a_read_too_small_to_probe_is_planned_with_what_an_earlier_run_measured(cube, s3_server, tmp_path):
     env = child_env(s3_server, INGEST_LINK_CACHE=str(tmp_path / "links.json"))
-    thin = ["plan", cube["s3"], "--region", "0:128,100:101,100:104", "--probe", "--json"]
+    # plan does not probe by default, as a read too small to repay a probe does not
+    thin = ["plan", cube["s3"], "--region", "0:128,100:101,100:104", "--json"]
     first = json.loads(cli(thin, env).stdout)["tuning"]["reason"]
-    assert "configured cost model" in first  # 512 bytes: no probe repays itself, nothing known yet
+    assert "configured cost model" in first  # nothing known yet
     whole = cli(["run", "--source", cube["s3"], "--no-progress"], env)
     assert whole.returncode == 0, whole.stderr
     later = json.loads(cli(thin, env).stdout)["tuning"]["reason"]

@@ -119,9 +119,6 @@ def prestage(s3_server, cube, staged, family):
                        "--no-progress"], child_env(s3_server), family=family)[0]
 
 
-@pytest.mark.xfail(strict=True, reason="ingest/driver/prestage.py's manifest listener receives from source=-1, "
-                                       "MPI_ANY_SOURCE in Open MPI but MPI_PROC_NULL in MPICH (whose ANY_SOURCE "
-                                       "is -2): use MPI.ANY_SOURCE, then remove this mark")
 def test_prestage_writes_a_frame_equal_to_the_source(s3_server, float_cube, tmp_path):
     proc = prestage(s3_server, float_cube, tmp_path / "staged", FAMILY)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from ingest.core.cost import CostModel
 from ingest.core.linkprobe import LinkProbe
-from ingest.core.sharing import (EGRESS, LATENCY, NODE_CPU, NODE_PIPE, RankLoad, SharedCapacity, SharedRound,
+from ingest.core.sharing import (EGRESS, LATENCY, NODE_CPU, NODE_PIPE, REQUESTS, RankLoad, SharedCapacity, SharedRound,
                                  Topology, predict_job, share_cost, shared_from_rounds)
 from ingest.engine import linkcache
 
@@ -82,6 +82,22 @@ def test_rounds_tell_a_node_pipe_from_an_egress_and_from_cores():
     assert cores.node_cpu_bound and cores.node_term == NODE_CPU
     # ranks that added up: no node pipe binds at that count
     assert shared_from_rounds(fast, [shared_round("node", 2, 1, 3.9e9)], SharedCapacity()).node_bytes_per_s is None
+
+
+def test_a_shared_request_rate_binds_plans_of_many_small_requests():
+    """Four ranks whose 16 small requests each took 0.1 s together (640/s) where one rank alone
+    overlaps 4 of 2 ms requests (2000/s each): the store's request rate binds 65,536 requests."""
+    alone = CostModel(latency_s=0.002, bandwidth_bytes_per_s=10 * MB)
+    r = SharedRound("nodes", 4, 4, 4, 4 * MiB, 0.5, 0.2, small_requests=64, small_wall_s=0.1)
+    shared = shared_from_rounds(alone, [r], SharedCapacity())
+    assert shared.requests_per_s == pytest.approx(640)
+    topo = Topology.block(4, 4)
+    p = predict_job(alone, shared, topo, [RankLoad(16384, 16 * MiB, 64)] * 4)
+    assert p.binding == REQUESTS and p.makespan_s == pytest.approx(65536 / 640, rel=0.01)
+    # each rank's share of the rate is a time per request that no depth hides: merging wins
+    assert share_cost(alone, shared, topo).cpu_per_request_s == pytest.approx(4 / 640)
+    fast = SharedRound("nodes", 4, 4, 4, 4 * MiB, 0.5, 0.2, small_requests=64, small_wall_s=0.008)
+    assert shared_from_rounds(alone, [fast], SharedCapacity()).requests_per_s is None  # they added up
 
 
 def test_the_link_cache_keeps_a_probe_and_the_shared_pipes_with_their_age(tmp_path, monkeypatch):

@@ -23,7 +23,8 @@ import numpy as np
 from ingest.api.indexing import basic_index
 from ingest.api.read import plan_with, read_selection
 from ingest.config import RunConfig, load_config, shown_source
-from ingest.config.settings import Settings, configured_settings, resolve_settings, transport_options, tunable
+from ingest.config.settings import (Settings, configured_settings, resolve_settings, retry_policy, transport_options,
+                                    tunable)
 from ingest.core.cost import CostModel
 from ingest.core.lattice import Plan
 from ingest.core.linkprobe import LATENCY_THREADS
@@ -416,7 +417,7 @@ def open(
     cfg = load_config({"source": os.fspath(source), "method": method, "threads": threads, "chunk_bytes": chunk_bytes,
                        "strategy": strategy, "max_gap_bytes": max_gap_bytes, "probe": probe, "hdu": hdu,
                        "dataset": dataset, "native_byteorder": native_byteorder, **settings})
-    spec = _Spec(cfg=cfg, cost=cost, retry=retry or RetryPolicy(), extra_options=extra)
+    spec = _Spec(cfg=cfg, cost=cost, retry=retry or retry_policy(cfg), extra_options=extra)  # AWS_MAX_ATTEMPTS too
     cube = RemoteCube(spec, live=live)
     cube._connect()  # the header now: a wrong source, HDU or dataset fails here, not on the first read
     return cube

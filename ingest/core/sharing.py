@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 from ingest.core.cost import CostModel
 
 # The names of the terms, as reports and `plan` print them.
-LATENCY, CPU, CONNECTION, RANK_LINK, NODE_PIPE, NODE_CPU, EGRESS = (
-    "latency", "CPU", "per-connection cap", "rank's link", "node pipe", "node's cores", "egress")
+LATENCY, CPU, CONNECTION, RANK_LINK, NODE_PIPE, NODE_CPU, EGRESS, REQUESTS = (
+    "latency", "CPU", "per-connection cap", "rank's link", "node pipe", "node's cores", "egress", "request rate")
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,7 @@ class SharedCapacity:
     egress_bytes_per_s: float | None = None
     node_cpu_bound: bool = False  # the node's ranks kept its cores busy: its "pipe" is CPU
     source: str = "nothing measured: ranks assumed not to share a pipe"
+    requests_per_s: float | None = None  # small requests per second the store serves all ranks together
 
     @property
     def node_term(self) -> str:
@@ -81,7 +82,7 @@ class SharedCapacity:
 
     def as_dict(self) -> dict:
         return {"node_bytes_per_s": self.node_bytes_per_s, "egress_bytes_per_s": self.egress_bytes_per_s,
-                "node_cpu_bound": self.node_cpu_bound, "source": self.source}
+                "node_cpu_bound": self.node_cpu_bound, "requests_per_s": self.requests_per_s, "source": self.source}
 
 
 def share_cost(cost: CostModel, shared: SharedCapacity, topology: Topology) -> CostModel:
@@ -94,9 +95,14 @@ def share_cost(cost: CostModel, shared: SharedCapacity, topology: Topology) -> C
         link = min(link, shared.node_bytes_per_s / topology.most_per_node)
     if shared.egress_bytes_per_s:
         link = min(link, shared.egress_bytes_per_s / max(1, topology.n_ranks))
-    if link >= cost.bandwidth_bytes_per_s:
+    # A request rate the store serves all ranks together is, for each rank, a time per request
+    # that no depth of requests in flight hides: the share of it.
+    per_request_s = topology.n_ranks / shared.requests_per_s if shared.requests_per_s else 0.0
+    if link >= cost.bandwidth_bytes_per_s and per_request_s <= cost.cpu_per_request_s:
         return cost
-    return replace(cost, bandwidth_bytes_per_s=link, stream_bandwidth_bytes_per_s=min(cost.stream_bytes_per_s, link))
+    return replace(cost, bandwidth_bytes_per_s=link, stream_bandwidth_bytes_per_s=min(cost.stream_bytes_per_s, link),
+                   cpu_per_request_s=max(cost.cpu_per_request_s, per_request_s),
+                   latency_s=max(cost.latency_s, per_request_s))
 
 
 @dataclass(frozen=True)
@@ -151,6 +157,7 @@ def predict_job(cost: CostModel, shared: SharedCapacity, topology: Topology, loa
     for rank, load in enumerate(loads):
         node_wire[topology.node_of_rank[rank]] += load.wire_bytes
     egress_s = sum(node_wire) / shared.egress_bytes_per_s if shared.egress_bytes_per_s else 0.0
+    requests_s = sum(load.n_requests for load in loads) / shared.requests_per_s if shared.requests_per_s else 0.0
     terms: dict[str, float] = {}
     best = (0.0, LATENCY)
     for rank, load in enumerate(loads):
@@ -160,6 +167,7 @@ def predict_job(cost: CostModel, shared: SharedCapacity, topology: Topology, loa
         node = topology.node_of_rank[rank]
         bytes_terms[shared.node_term] = node_wire[node] / shared.node_bytes_per_s if shared.node_bytes_per_s else 0.0
         bytes_terms[EGRESS] = egress_s
+        bytes_terms[REQUESTS] = requests_s
         name, bytes_s = max(bytes_terms.items(), key=lambda kv: kv[1])
         # What each term would take on its own: the CPU's requests and bytes together.
         own = {**bytes_terms, LATENCY: latency_s, CPU: cpu_requests_s + bytes_terms[CPU]}
@@ -187,6 +195,12 @@ class SharedRound:
     total_bytes: int
     wall_s: float  # the slowest rank's time, barrier to last byte
     cpu_busy: float  # the ranks' CPU seconds / (wall_s x the cores of their nodes)
+    small_requests: int = 0  # then small requests, every rank's at once
+    small_wall_s: float = 0.0  # the slowest rank's time for its small requests
+
+    @property
+    def requests_per_s(self) -> float | None:
+        return self.small_requests / self.small_wall_s if self.small_requests and self.small_wall_s > 0 else None
 
     @property
     def bytes_per_s(self) -> float:
@@ -195,7 +209,8 @@ class SharedRound:
     def as_dict(self) -> dict:
         return {"name": self.name, "ranks": self.ranks, "nodes": self.nodes, "streams": self.streams,
                 "total_bytes": self.total_bytes, "wall_s": round(self.wall_s, 6),
-                "bytes_per_s": round(self.bytes_per_s), "cpu_busy": round(self.cpu_busy, 3)}
+                "bytes_per_s": round(self.bytes_per_s), "cpu_busy": round(self.cpu_busy, 3),
+                "small_requests": self.small_requests, "small_wall_s": round(self.small_wall_s, 6)}
 
 
 def assumed_shared(alone: CostModel, measured_streams: bool, streams_add_up: bool) -> SharedCapacity:
@@ -215,6 +230,7 @@ def shared_from_rounds(alone: CostModel, rounds, fallback: SharedCapacity) -> Sh
     from ingest.core.linkprobe import SCALING_FRACTION
 
     node, egress, cpu_bound = fallback.node_bytes_per_s, fallback.egress_bytes_per_s, fallback.node_cpu_bound
+    requests = fallback.requests_per_s
     by_name = {r.name: r for r in rounds}
     if "node" in by_name:
         r = by_name["node"]
@@ -225,5 +241,11 @@ def shared_from_rounds(alone: CostModel, rounds, fallback: SharedCapacity) -> Sh
         r = by_name["nodes"]
         per_node = min(alone.bandwidth(r.streams) * r.ranks / r.nodes, node or float("inf"))
         egress = r.bytes_per_s if r.bytes_per_s < SCALING_FRACTION * r.nodes * per_node else None
+    for r in rounds:
+        # Ranks whose small requests took longer together than one rank's alone would (its
+        # latency, overlapped as far as its probe saw) were waiting on a shared request rate.
+        alone_rate = r.ranks * alone.overlap(r.streams) / max(alone.latency_s, 1e-9)
+        if r.requests_per_s is not None:
+            requests = r.requests_per_s if r.requests_per_s < SCALING_FRACTION * alone_rate else None
     names = " and ".join(f"{r.name} round ({r.ranks} ranks on {r.nodes} node(s))" for r in rounds)
-    return SharedCapacity(node, egress, cpu_bound, f"measured: {names}")
+    return SharedCapacity(node, egress, cpu_bound, f"measured: {names}", requests)

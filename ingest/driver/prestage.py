@@ -204,9 +204,11 @@ class _Listener:
             manifests.write(self.cfg.output_dir, self.manifest)
 
     def _run(self) -> None:
+        from mpi4py import MPI
+
         finished = 0
         while finished < self.comm.Get_size() - 1:
-            message = self.comm.recv(source=-1, tag=_TAG)  # -1: MPI.ANY_SOURCE
+            message = self.comm.recv(source=MPI.ANY_SOURCE, tag=_TAG)  # Open MPI spells it -1, MPICH -2
             if message is None:
                 finished += 1
             else:

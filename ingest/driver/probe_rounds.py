@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ingest.core.sharing import SharedCapacity, SharedRound, Topology, shared_from_rounds
 from ingest.driver.mpi import root_step
-from ingest.engine.probe import MIN_PROBE_READ_BYTES, timed_parallel_read
+from ingest.engine.probe import MIN_PROBE_READ_BYTES, timed_parallel_read, timed_small_reads, warm_connections
 from ingest.transports import ObjectInfo, open_transport
 
 _DONE = "done"
@@ -35,31 +35,56 @@ class RoundOrder:
     offsets: tuple[int, ...]  # participant k reads [offsets[k], offsets[k] + bytes_per_rank)
     bytes_per_rank: int
     streams: int
+    small_reads: int = 0  # then this many small reads each, `streams` at a time (the request rate)
+    small_bytes: int = 4096
 
 
 def _take_part(comm, order: RoundOrder) -> dict | None:
-    """Every rank: the barrier, and a participant's timed read (its transport opened before the
-    barrier, so a client's start-up is not timed). Errors are returned: the round is dropped,
-    the job goes on."""
+    """Every rank: the barriers, and a participant's timed reads (its transport opened before
+    the first barrier, so a client's start-up is not timed). Every rank reaches every barrier
+    whatever fails; errors are returned: the round is dropped, the job goes on."""
     rank = comm.Get_rank()
-    transport = error = None
+    transport = None
+    result: dict | None = None
     if rank in order.participants:
         try:
             transport = open_transport(order.source, order.method, threads=order.streams, **order.options)
             transport.adopt(order.info)
+            warm_connections(transport, order.offsets[order.participants.index(rank)], order.streams)
         except Exception as exc:  # noqa: BLE001 - reported with the round
-            error = f"{type(exc).__name__}: {exc}"
-    comm.Barrier()
-    if transport is None:
-        return None if error is None else {"error": error}
+            result = {"error": f"{type(exc).__name__}: {exc}"}
     try:
-        k = order.participants.index(rank)
-        wall_s, cpu_s = timed_parallel_read(transport, order.offsets[k], order.bytes_per_rank, order.streams)
-        return {"host": socket.gethostname(), "wall_s": wall_s, "cpu_s": cpu_s, "cores": len(os.sched_getaffinity(0))}
+        comm.Barrier()
+        if transport is not None:
+            result = _timed(lambda: _bulk(transport, order, order.participants.index(rank)))
+        if order.small_reads:
+            comm.Barrier()  # every participant's small requests at once, as the job's will be
+            if transport is not None and "error" not in result:
+                small = _timed(lambda: {"small_s": _small(transport, order, order.participants.index(rank))})
+                result.update(small)
+    finally:
+        if transport is not None:
+            transport.close()
+    return result
+
+
+def _timed(fn) -> dict:
+    try:
+        return fn()
     except Exception as exc:  # noqa: BLE001 - reported with the round
         return {"error": f"{type(exc).__name__}: {exc}"}
-    finally:
-        transport.close()
+
+
+def _bulk(transport, order: RoundOrder, k: int) -> dict:
+    wall_s, cpu_s = timed_parallel_read(transport, order.offsets[k], order.bytes_per_rank, order.streams)
+    return {"host": socket.gethostname(), "wall_s": wall_s, "cpu_s": cpu_s, "small_s": 0.0,
+            "cores": len(os.sched_getaffinity(0))}
+
+
+def _small(transport, order: RoundOrder, k: int) -> float:
+    spread = max(order.small_bytes, order.bytes_per_rank - order.small_bytes) // order.small_reads
+    return timed_small_reads(transport, [order.offsets[k] + i * spread for i in range(order.small_reads)],
+                             order.small_bytes, order.streams)
 
 
 class Crew:
@@ -82,7 +107,8 @@ class Crew:
         wall_s = max(r["wall_s"] for r in results)
         busy = sum(r["cpu_s"] for r in results) / max(wall_s * sum(hosts.values()), 1e-9)
         return SharedRound(order.name, len(results), len(hosts), order.streams,
-                           order.bytes_per_rank * len(results), wall_s, busy)
+                           order.bytes_per_rank * len(results), wall_s, busy, order.small_reads * len(results),
+                           max(r["small_s"] for r in results))
 
 
 def serve(comm) -> None:
@@ -149,8 +175,11 @@ def measure_shared(crew: Crew, topology: Topology, settings, *, source: str, met
         if nbytes < ROUND_BYTES_MIN:
             continue
         offsets = tuple(span[0] + k * nbytes for k in range(len(participants)))
+        # The last round (every rank) also issues a wave of small requests each: the request rate
+        # all of them get from the store, which plans of many small requests lean on.
+        small = max(4, streams) if name == rounds[-1][0] else 0
         measured = crew.run_round(RoundOrder(name, participants, source, method, options, info, offsets, nbytes,
-                                             streams))
+                                             streams, small))
         if measured is None:
             return None
         done.append(measured)

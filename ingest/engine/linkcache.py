@@ -88,7 +88,8 @@ def recall(endpoint: str | None, now_s: float | None = None) -> Recalled | None:
     if "shared" in fresh:
         s = fresh["shared"]
         shared = SharedCapacity(s.get("node_bytes_per_s"), s.get("egress_bytes_per_s"), bool(s.get("node_cpu_bound")),
-                                source=Recalled(endpoint, now_s - s["at_s"], None, None).describe())
+                                source=Recalled(endpoint, now_s - s["at_s"], None, None).describe(),
+                                requests_per_s=s.get("requests_per_s"))
     return Recalled(endpoint, age_s, probe, shared)
 
 

@@ -289,12 +289,34 @@ def probe_link(transport: Transport, data_offset: int, data_bytes: int, *, small
                       streams=streams).run_all()
 
 
+def warm_connections(transport: Transport, offset: int, streams: int, nbytes: int = 4096) -> None:
+    """Open `streams` connections with a small read each, so a timed read after it measures the
+    pipe, not TCP's handshakes (a client opens its connections lazily, on the first request)."""
+    _concurrently(lambda k: _timed_read(transport, offset + k * nbytes, nbytes), streams)
+
+
 def timed_parallel_read(transport: Transport, offset: int, nbytes: int, streams: int) -> tuple[float, float]:
-    """(wall seconds, this process's CPU seconds) to read [offset, offset + nbytes) as `streams`
-    ranged reads at once: one rank's part in a round where many ranks read together
-    (ingest.driver.probe_rounds)."""
+    """(seconds, this process's CPU seconds) to read [offset, offset + nbytes) as `streams` ranged
+    reads at once: one rank's part in a round where many ranks read together
+    (ingest.driver.probe_rounds). The seconds are from the first stream's first byte to the last
+    stream's last: each request's wait for its first byte is latency, which the probe measures
+    apart."""
     streams = max(1, min(streams, nbytes // (MIN_PROBE_READ_BYTES // 4) or 1))  # parts of >= 64 KiB
     part = -(-nbytes // streams)
     cpu0, t0 = time.process_time(), time.perf_counter()
-    _concurrently(lambda k: _timed_read(transport, offset + k * part, min(part, nbytes - k * part)), streams)
-    return time.perf_counter() - t0, time.process_time() - cpu0
+    timings = _concurrently(lambda k: _timed_read(transport, offset + k * part, min(part, nbytes - k * part)),
+                            streams)
+    wall_s = time.perf_counter() - t0
+    return max(1e-6, wall_s - min(ttfb for ttfb, _ in timings)), time.process_time() - cpu0
+
+
+def timed_small_reads(transport: Transport, offsets, nbytes: int, in_flight: int) -> float:
+    """Wall seconds to read `nbytes` at each of `offsets`, `in_flight` at a time: one rank's part
+    of a round of small requests from many ranks at once, which shows the request rate the store
+    (and, on one machine, the cores) can serve them all."""
+    offsets = list(offsets)
+    per = -(-len(offsets) // max(1, in_flight))
+    t0 = time.perf_counter()
+    _concurrently(lambda k: [_timed_read(transport, o, nbytes) for o in offsets[k * per:(k + 1) * per]],
+                  min(in_flight, len(offsets)))
+    return time.perf_counter() - t0
