@@ -14,6 +14,9 @@ command -v mpiexec.openmpi >/dev/null 2>&1 || need_apt+=(openmpi-bin libopenmpi-
 { command -v mpiexec.mpich && command -v mpicc.mpich; } >/dev/null 2>&1 || need_apt+=(mpich libmpich-dev)  # tests/test_mpich.py
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 { command -v sshfs && [ -x /usr/sbin/sshd ]; } >/dev/null 2>&1 || need_apt+=(sshfs openssh-server)  # testbed/cluster: shared fs
+{ [ -x /usr/sbin/slurmd ] && [ -x /usr/sbin/slurmctld ] && command -v srun && [ -x /usr/sbin/munged ] \
+  && ls /usr/lib/*/libpmix.so; } >/dev/null 2>&1 \
+  || need_apt+=(munge slurmctld slurmd slurm-client libpmix-dev)  # testbed/cluster --launcher slurm (and slurm-local.sh)
 command -v tinyproxy >/dev/null 2>&1 || need_apt+=(tinyproxy-bin)  # tests: forward proxy; -bin: the binary alone, no service left running
 /usr/bin/python3 -c "import ensurepip, venv" >/dev/null 2>&1 || need_apt+=(python3 python3-venv)  # tests: a user's fresh venv
 if [ ${#need_apt[@]} -gt 0 ]; then

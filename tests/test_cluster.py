@@ -61,20 +61,29 @@ def cube(tmp_path_factory):
 
 @pytest.mark.parametrize("bound", SCENARIOS)
 def test_two_nodes_four_ranks_exact_capped_and_gone(machine, cube, tmp_path, bound):
+    run_exact_capped_and_gone(cube, tmp_path, bound)
+
+
+def run_exact_capped_and_gone(cube, tmp_path, bound, launcher="mpiexec", while_up=None) -> Cluster:
+    """4 ranks of `python -m ingest run` on 2 nodes through the cluster's launcher (mpiexec, or
+    srun for test_cluster_slurm.py) and every check below; while_up(cluster) runs before teardown."""
     nic, store, method = SCENARIOS[bound]["nic"], SCENARIOS[bound]["store"], SCENARIOS[bound]["method"]
     spec = load_spec(CONFIG, {"cluster": {"nodes": 2, "ranks_per_node": 2},
                               "store": {"egress_rate_bytes_per_s": store, "latency_s": 0.001},
                               "node": {"nic_rate_bytes_per_s": nic}})
     path, expected = cube
     report_path, out_dir = tmp_path / "report.json", tmp_path / "out"
-    with Cluster(spec) as cluster:
+    with Cluster(spec, launcher=launcher) as cluster:
         url = cluster.put_file(str(path), "survey/cube.fits")
         before = cluster.link_bytes()
-        proc = cluster.mpiexec(["run", "--source", url, "--method", method, "--output-dir", str(out_dir),
-                                "--report", str(report_path), "--no-progress"], n_ranks=4, timeout_s=120)
+        proc = cluster.launch(["run", "--source", url, "--method", method, "--output-dir", str(out_dir),
+                               "--report", str(report_path), "--no-progress"], n_ranks=4, timeout_s=120)
         after = cluster.link_bytes()
         assert proc.returncode == 0, proc.stderr[-3000:]
-    print(f"cluster {cluster.prefix}: built in {cluster.build_s:.2f} s, torn down in {cluster.teardown_s:.2f} s")
+        if while_up is not None:
+            while_up(cluster)
+    print(f"cluster {cluster.prefix} ({launcher}): built in {cluster.build_s:.2f} s, "
+          f"torn down in {cluster.teardown_s:.2f} s")
 
     # 1. the data is exact
     report = json.loads(report_path.read_text())
@@ -108,6 +117,7 @@ def test_two_nodes_four_ranks_exact_capped_and_gone(machine, cube, tmp_path, bou
     with open("/proc/mounts") as fh:
         assert cluster.run_dir not in fh.read()
     assert not os.path.exists(cluster.run_dir)
+    return cluster
 
 
 def test_a_failed_build_leaves_nothing(machine, monkeypatch):

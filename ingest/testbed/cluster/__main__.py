@@ -1,11 +1,12 @@
 """`python -m ingest.testbed.cluster up|run|down`: the emulated cluster from the command line.
 
-    run [--config F] [--set store.latency_s=0.01] [-n RANKS] -- ARGS...
+    run [--config F] [--set store.latency_s=0.01] [--launcher slurm] [-n RANKS] -- ARGS...
         build, upload the spec's synthetic cube, run `mpiexec python -m ingest ARGS` on the
         nodes ({source} in ARGS: the cube's s3:// URL; {shared}: the shared filesystem's path,
         the same on every node), print what crossed each link, tear down; exit status: mpiexec's.
-    up [--config F] [--set ...]
-        build and upload, print the mpiexec command and environment to use, wait for Ctrl-C.
+        --launcher slurm: also start SLURM on the nodes (slurm.py) and launch with srun instead.
+    up [--config F] [--set ...] [--launcher slurm]
+        build and upload, print the mpiexec (or srun) command and environment to use, wait for Ctrl-C.
     down
         remove what clusters whose process died left behind (namespaces, mounts, directories).
 """
@@ -25,7 +26,7 @@ import tomllib
 
 from ingest.errors import ConfigError, IngestError
 from ingest.testbed.cluster import netns
-from ingest.testbed.cluster.cluster import PREFIX, Cluster
+from ingest.testbed.cluster.cluster import LAUNCHERS, PREFIX, Cluster
 from ingest.testbed.cluster.spec import load_spec
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "..", "configs", "cluster.toml")
@@ -62,12 +63,12 @@ def _upload_cube(cluster: Cluster) -> str | None:
     return url
 
 
-def _print_links(cluster: Cluster, before: dict[str, int], elapsed_s: float) -> None:
+def _print_links(cluster: Cluster, before: dict[str, int], elapsed_s: float, launcher: str) -> None:
     after = cluster.link_bytes()
     spec = cluster.spec
     caps = {"store": spec.store.egress_rate_bytes_per_s, "fs_read": spec.fs.rate_bytes_per_s,
             "fs_write": spec.fs.rate_bytes_per_s, **{n: spec.node.nic_rate_bytes_per_s for n in cluster.nodes}}
-    print(f"cluster: bytes through each cap during mpiexec ({elapsed_s:.1f} s, rank start-up included, so the "
+    print(f"cluster: bytes through each cap during {launcher} ({elapsed_s:.1f} s, rank start-up included, so the "
           "mean rate understates the transfer's; the report times the transfer itself):")
     for name, cap in caps.items():
         moved = after[name] - before[name]
@@ -110,9 +111,11 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name)
         p.add_argument("--config", default=DEFAULT_CONFIG, help="cluster TOML (default configs/cluster.toml)")
         p.add_argument("--set", action="append", default=[], metavar="TABLE.FIELD=VALUE", help="override the file")
+        p.add_argument("--launcher", choices=LAUNCHERS, default="mpiexec",
+                       help="how ranks start on the nodes: mpiexec (default), or srun of a SLURM started on them")
         if name == "run":
             p.add_argument("-n", type=int, default=None, help="ranks (default: nodes x ranks_per_node)")
-            p.add_argument("--timeout-s", type=float, default=600.0, help="bound on the mpiexec run (s)")
+            p.add_argument("--timeout-s", type=float, default=600.0, help="bound on the mpiexec or srun run (s)")
             p.add_argument("args", nargs=argparse.REMAINDER, help="-- then `python -m ingest` arguments")
     sub.add_parser("down")
     args = parser.parse_args(argv)
@@ -129,15 +132,15 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         spec = load_spec(os.path.normpath(args.config), _overrides(args.set))
-        with Cluster(spec) as cluster:
+        with Cluster(spec, launcher=args.launcher) as cluster:
             source = _upload_cube(cluster)
             print(f"cluster {cluster.prefix}: {spec.nodes} nodes x {spec.ranks_per_node} slots, built in "
                   f"{cluster.build_s:.1f} s; store {cluster.store.endpoint_url}, shared fs {cluster.shared_dir}"
                   + (f", cube {source}" if source else ""), flush=True)
             if args.command == "up":
                 env = " ".join(f"{k}={shlex.quote(v)}" for k, v in cluster.env().items())
-                command = shlex.join(cluster.mpiexec_command([sys.executable, "-m", "ingest", "run", "--source",
-                                                              source or "s3://BUCKET/KEY"]))
+                command = shlex.join(cluster.launch_command([sys.executable, "-m", "ingest", "run", "--source",
+                                                             source or "s3://BUCKET/KEY"]))
                 print(f"run ranks on it with:\n  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 {env} "
                       f"{command}\nCtrl-C (or kill {os.getpid()}) tears it down.", flush=True)
                 signal.pause()
@@ -145,11 +148,11 @@ def main(argv: list[str] | None = None) -> int:
             ingest_args = [a.format(source=source or "", shared=cluster.shared_dir)
                            for a in (args.args[1:] if args.args[:1] == ["--"] else args.args)]
             before, t0 = cluster.link_bytes(), time.monotonic()
-            proc = cluster.mpiexec(ingest_args, n_ranks=args.n, timeout_s=args.timeout_s)
+            proc = cluster.launch(ingest_args, n_ranks=args.n, timeout_s=args.timeout_s)
             elapsed_s = time.monotonic() - t0
             sys.stdout.write(proc.stdout)
             sys.stderr.write(proc.stderr)
-            _print_links(cluster, before, elapsed_s)
+            _print_links(cluster, before, elapsed_s, "srun" if args.launcher == "slurm" else "mpiexec")
         print(f"cluster {cluster.prefix}: torn down in {cluster.teardown_s:.1f} s")
         return proc.returncode
     except KeyboardInterrupt:

@@ -13,6 +13,8 @@ a launcher agent (`--mca plm_rsh_agent`) that runs `ip netns exec NODE` instead 
 a UTS namespace whose hostname is the node's name, so the driver's per-rank `host` (and
 MPI_Get_processor_name, which ranks_per_node counts) name the node; the agent also binds
 the node's sshfs mount to `shared_dir`, one path for every node as on a real cluster.
+With launcher="slurm" the nodes also run a slurmd each (slurm.py: same namespace, hostname
+and bind), so `srun --mpi=pmix` from the hub places ranks the same way.
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ from ingest.errors import IngestError
 from ingest.testbed.cluster import netns
 from ingest.testbed.cluster.netns import ClusterUnavailable
 from ingest.testbed.cluster.services import SSHD, SharedFs, Store
+from ingest.testbed.cluster.slurm import Slurm
+from ingest.testbed.cluster.slurm import missing_tools as slurm_missing_tools
 from ingest.testbed.cluster.spec import ClusterSpec
 from ingest.testbed.localserver import find_tool
 
@@ -36,6 +40,7 @@ SUBNET = "10.23.0.0/24"  # private to the hub's bridge: no route leaves the name
 HUB_IP, STORE_IP, FS_IP = "10.23.0.1", "10.23.0.2", "10.23.0.3"
 PREFIX = "ing"  # namespaces are ing<pid>-<n>-<role>: `down` can tell a dead owner's leftovers
 _counter = itertools.count()
+LAUNCHERS = ("mpiexec", "slurm")  # mpiexec always works; "slurm" adds slurmctld and a slurmd per node
 
 # Open MPI calls AGENT HOST COMMAND... as it would call ssh; the command is one shell string.
 # hostname inside `unshare --uts`: the node's own name for gethostname() and MPI.
@@ -47,9 +52,9 @@ exec ip netns exec "$node" unshare --uts sh -c \\
 """
 
 
-def missing_tools() -> list[str]:
+def missing_tools(launcher: str = "mpiexec") -> list[str]:
     """Programs the cluster needs that are not installed (scripts/setup.sh installs them)."""
-    missing = []
+    missing = slurm_missing_tools() if launcher == "slurm" else []
     for tool in ("versitygw", "toxiproxy-server", "sshfs", "mpiexec", "ssh-keygen", "unshare"):
         try:
             find_tool(tool)
@@ -62,10 +67,10 @@ def missing_tools() -> list[str]:
     return missing
 
 
-def unavailable_reason() -> str | None:
+def unavailable_reason(launcher: str = "mpiexec") -> str | None:
     """One line saying why a cluster cannot be built here, or None when it can."""
     problem = netns.namespace_problem()
-    missing = missing_tools()
+    missing = missing_tools(launcher)
     parts = [problem] if problem else []
     if missing:
         parts.append(f"missing {', '.join(missing)} (run scripts/setup.sh)")
@@ -77,10 +82,14 @@ class Cluster:
     """`with Cluster(spec) as c: c.mpiexec(["run", "--source", url])`: build on enter, tear down
     on exit (success, failure or Ctrl-C). Attributes: nodes (namespace names, also the ranks'
     hostnames), shared_dir (the shared filesystem, same path on every node), run_dir (hostfile,
-    launcher agent, server logs; kept after teardown when keep_dir), build_s and teardown_s."""
+    launcher agent, server logs; kept after teardown when keep_dir), build_s and teardown_s.
+    launcher="slurm" also starts SLURM on the nodes: then c.srun(...) works too, and c.launch(...)
+    (what the command line calls) uses srun."""
 
-    def __init__(self, spec: ClusterSpec, keep_dir: bool = False):
-        self.spec = spec
+    def __init__(self, spec: ClusterSpec, keep_dir: bool = False, launcher: str = "mpiexec"):
+        if launcher not in LAUNCHERS:
+            raise IngestError(f"cluster: launcher {launcher!r}: expected one of {', '.join(LAUNCHERS)}")
+        self.spec, self.launcher = spec, launcher
         self.prefix = f"{PREFIX}{os.getpid()}-{next(_counter)}"
         self.hub = f"{self.prefix}-hub"
         self.store_ns, self.fs_ns = f"{self.prefix}-store", f"{self.prefix}-fs"
@@ -107,7 +116,7 @@ class Cluster:
         """Build everything; on any failure (or Ctrl-C) tear down what was built, then raise."""
         if self._parts is not None:
             raise IngestError(f"cluster {self.prefix}: already started (a Cluster is built once)")
-        reason = unavailable_reason()
+        reason = unavailable_reason(self.launcher)
         if reason:
             raise ClusterUnavailable(reason)
         t0 = time.monotonic()
@@ -158,6 +167,11 @@ class Cluster:
         with open(self.agent, "w") as fh:
             fh.write(_AGENT.format(run_dir=self.run_dir, shared_dir=self.shared_dir))
         os.chmod(self.agent, 0o755)
+        if self.launcher == "slurm":
+            ips = {node: f"10.23.0.{10 + i}" for i, node in enumerate(self.nodes)}
+            binds = {node: [(os.path.join(self.run_dir, "mnt", node), self.shared_dir)] for node in self.nodes}
+            self._parts.slurm = Slurm(self.prefix, self.run_dir, self.hub, HUB_IP, ips, spec.ranks_per_node, binds)
+            self._parts.slurm.start()
 
     def stop(self) -> None:
         """Tear everything down: mounts, servers, every process in the namespaces, the
@@ -186,7 +200,8 @@ class Cluster:
         """Variables a rank needs: the store's AWS_* (endpoint: the store's proxy), and no
         ~/.aws files, whose profile or addressing style would steer boto3 elsewhere."""
         no_file = os.path.join(self.run_dir, "no-aws-config")
-        return {**self.store.env(), "AWS_CONFIG_FILE": no_file, "AWS_SHARED_CREDENTIALS_FILE": no_file}
+        slurm = self._parts.slurm.env() if self._parts.slurm else {}  # SLURM_CONF, for srun
+        return {**self.store.env(), "AWS_CONFIG_FILE": no_file, "AWS_SHARED_CREDENTIALS_FILE": no_file, **slurm}
 
     def put_file(self, path: str, key: str) -> str:
         """Upload a local file into the spec's bucket; returns its s3:// URL."""
@@ -205,13 +220,39 @@ class Cluster:
             "--bind-to", "none", *(["--map-by", map_by] if map_by else []), *argv,
         ]
 
+    def srun_command(self, argv: list[str], n_ranks: int | None = None, map_by: str | None = None) -> list[str]:
+        """The srun command line (SLURM_CONF from env()) for argv on n_ranks tasks (default: every
+        slot), filling node by node, or round-robin with map_by="node"; needs launcher="slurm"."""
+        if self._parts is None or self._parts.slurm is None:
+            raise IngestError(f"cluster {self.prefix}: srun needs Cluster(spec, launcher='slurm')")
+        return self._parts.slurm.srun_command(argv, n_ranks or self.spec.nodes * self.spec.ranks_per_node, map_by)
+
+    def launch_command(self, argv: list[str], n_ranks: int | None = None, map_by: str | None = None) -> list[str]:
+        """The cluster's launcher's command line: srun_command with launcher="slurm", else mpiexec_command."""
+        make = self.srun_command if self.launcher == "slurm" else self.mpiexec_command
+        return make(argv, n_ranks, map_by)
+
     def mpiexec(self, args: list[str], n_ranks: int | None = None, env: dict | None = None,
                 timeout_s: float = 600.0, python_args: tuple = ("-m", "ingest")) -> subprocess.CompletedProcess:
         """`mpiexec python -m ingest ARGS` across the nodes; output captured, timeout_s bounds it."""
-        child_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "OMPI_", "PMIX_"))}
+        return self._run(self.mpiexec_command, args, n_ranks, env, timeout_s, python_args)
+
+    def srun(self, args: list[str], n_ranks: int | None = None, env: dict | None = None,
+             timeout_s: float = 600.0, python_args: tuple = ("-m", "ingest")) -> subprocess.CompletedProcess:
+        """`srun --mpi=pmix python -m ingest ARGS` across the nodes (launcher="slurm")."""
+        return self._run(self.srun_command, args, n_ranks, env, timeout_s, python_args)
+
+    def launch(self, args: list[str], n_ranks: int | None = None, env: dict | None = None,
+               timeout_s: float = 600.0, python_args: tuple = ("-m", "ingest")) -> subprocess.CompletedProcess:
+        """srun with launcher="slurm", else mpiexec."""
+        return self._run(self.launch_command, args, n_ranks, env, timeout_s, python_args)
+
+    def _run(self, make_command, args, n_ranks, env, timeout_s, python_args) -> subprocess.CompletedProcess:
+        # Nothing from a surrounding job (an allocation's SLURM_*, a user's OMPI_*) may steer these ranks.
+        child_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "OMPI_", "PMIX_", "SLURM_"))}
         child_env.update(self.env(), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         child_env.update(env or {})
-        cmd = self.mpiexec_command([sys.executable, *python_args, *map(str, args)], n_ranks)
+        cmd = make_command([sys.executable, *python_args, *map(str, args)], n_ranks)
         return subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=timeout_s,
                               stdin=subprocess.DEVNULL)
 
@@ -233,11 +274,13 @@ class _Parts:
         self.namespaces: list[str] = []
         self.store: Store | None = None
         self.fs: SharedFs | None = None
+        self.slurm: Slurm | None = None
 
     def teardown(self) -> None:
-        """Unmount first (a FUSE mount whose sshfs dies answers ENOTCONN to everyone), stop the
-        servers, kill whatever else runs in the namespaces (mpiexec, daemons, ranks), delete them."""
-        for part in (self.fs, self.store):
+        """Stop SLURM (its slurmds hold binds of the mounts), unmount (a FUSE mount whose sshfs
+        dies answers ENOTCONN to everyone), stop the servers, kill whatever else runs in the
+        namespaces (mpiexec, daemons, ranks), delete them."""
+        for part in (self.slurm, self.fs, self.store):
             if part is not None:
                 part.stop()
         for ns in reversed(self.namespaces):
