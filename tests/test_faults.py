@@ -460,7 +460,9 @@ def test_stall_mid_body_is_a_timeout_and_resumes(bad, cube, threads):
     first, last = map(int, cut.removeprefix("bytes=").split("-"))
     stalled = last - first + 1  # whichever request the server took first when several are in flight
     assert stalled // 2 - RESUME_GRAIN_BYTES <= stats.resumed_bytes <= stalled // 2, "what arrived is kept"
-    assert stats.resumed_bytes > 0
+    # Kept to the grain: when the server took the cube's 128 KiB tail request first (it may, with
+    # several in flight), half of it is less than a grain and nothing is kept.
+    assert stats.resumed_bytes > 0 or stalled // 2 < RESUME_GRAIN_BYTES
     assert elapsed_s < 4.0, "the read timeout fired; nobody waited out the 5 s stall"
 
 
