@@ -7,9 +7,9 @@ from ingest.api.read import plan_with
 from ingest.config import add_run_arguments, config_from_args
 from ingest.config.settings import resolve_settings, retry_policy, settings_for_job, transport_options
 from ingest.core.linkprobe import LATENCY_THREADS
-from ingest.core.selection import box_to_region, normalize, parse_region
+from ingest.core.selection import normalize, parse_region
 from ingest.core.sharing import Topology
-from ingest.driver.job import assign, box_bytes, decompose_job, predict
+from ingest.driver.job import assign, box_bytes, decompose_job, largest_selection, predict
 from ingest.errors import ConfigError
 from ingest.formats.hdf5 import list_datasets
 from ingest.formats.reader import read_any_layout, read_any_layout_timed
@@ -173,9 +173,7 @@ def _job(cfg, settings, layout, topology: Topology) -> dict:
     each rank's share of what the ranks share), regions, who reads which, and its prediction."""
     n_ranks = topology.n_ranks
     if layout.kind != "tiles":
-        _, _, first = decompose_job(cfg, settings, layout, n_ranks)  # the grid depends on the link too
-        largest = max(first, key=lambda box: box_bytes(box, layout.itemsize))
-        settings = settings_for_job(cfg, settings, layout, normalize(box_to_region(largest), layout.shape),
+        settings = settings_for_job(cfg, settings, layout, largest_selection(cfg, settings, layout, n_ranks),
                                     settings.shared, topology)
     grid_fits, reason, regions = decompose_job(cfg, settings, layout, n_ranks)
     assignment = assign(regions, layout.itemsize, n_ranks)

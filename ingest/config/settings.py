@@ -85,7 +85,7 @@ def resolve_settings(cfg: RunConfig, transport: Transport, layout: Layout, sel: 
     configured = configured_settings(cfg, cost)
     if not tunable(cfg, layout):
         return configured
-    fixed = {"chunk_bytes": cfg.chunk_bytes, "threads": cfg.threads, "gap_bytes": cfg.max_gap_bytes}
+    fixed = _fixed_by_config(cfg)
     if measured is not None:
         return _from_tuning(choose(measured, layout, sel, model=MEASURED_ONCE, **fixed))
     tuning, link = tune_read(transport, layout, sel, configured.cost, probe=cfg.probe, topology=topology,
@@ -100,13 +100,18 @@ def settings_for_job(cfg: RunConfig, settings: Settings, layout: Layout, sel: Se
     if settings.tuning is None:
         return settings
     alone = settings.alone
-    fixed = {"chunk_bytes": cfg.chunk_bytes, "threads": cfg.threads, "gap_bytes": cfg.max_gap_bytes}
+    fixed = _fixed_by_config(cfg)
     shared_text = f"{topology.describe()}, shared pipes {shared.source}"
     model = (describe_probe(settings.probe, alone, shared_text) if settings.probe
              else f"{settings.tuning.model}; {shared_text}")
     tuning = choose(share_cost(alone, shared, topology), layout, sel, model=model, **fixed,
                     threads_max=cfg.max_in_flight or max(settings.threads, THREADS_MAX))
     return _from_tuning(replace(tuning, alone=alone, shared=shared), settings.probe)
+
+
+def _fixed_by_config(cfg: RunConfig) -> dict:
+    """What the config fixes of a tuned read (None: the tuner chooses)."""
+    return {"chunk_bytes": cfg.chunk_bytes, "threads": cfg.threads, "gap_bytes": cfg.max_gap_bytes}
 
 
 def _from_tuning(tuning: Tuning, link: LinkProbe | None = None) -> Settings:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ingest.core.cost import CostModel
+from ingest.core.linkprobe import SCALING_FRACTION
 
 # The names of the terms, as reports and `plan` print them.
 LATENCY, CPU, CONNECTION, RANK_LINK, NODE_PIPE, NODE_CPU, EGRESS, REQUESTS = (
@@ -227,8 +228,6 @@ def shared_from_rounds(alone: CostModel, rounds, fallback: SharedCapacity) -> Sh
     """The shared pipes the rounds showed. Ranks that got less than SCALING of what each gets
     alone were sharing a pipe, whose capacity is what they got together; where they added up,
     nothing binds at that count. A pipe no round loaded keeps `fallback`'s figure."""
-    from ingest.core.linkprobe import SCALING_FRACTION
-
     node, egress, cpu_bound = fallback.node_bytes_per_s, fallback.egress_bytes_per_s, fallback.node_cpu_bound
     requests = fallback.requests_per_s
     by_name = {r.name: r for r in rounds}

@@ -133,15 +133,20 @@ def predict(cfg: RunConfig, settings: Settings, layout: Layout, regions, assignm
     return predict_job(settings.alone, settings.shared, topology, loads)
 
 
+def largest_selection(cfg: RunConfig, settings: Settings, layout: Layout, n_ranks: int):
+    """The largest region a first split on `settings` gives: what the job is tuned for (the
+    grid depends on the link too, so the split is made again with the tuned settings)."""
+    _, _, regions = decompose_job(cfg, settings, layout, n_ranks)
+    largest = max(regions, key=lambda box: box_bytes(box, layout.itemsize))
+    return normalize(box_to_region(largest), layout.shape)
+
+
 def _tune_for_job(cfg: RunConfig, transport: Transport, layout: Layout, header, topology: Topology, crew,
                   read_source: str, method: str) -> tuple[Settings, tuple]:
     """Rank 0: probe its link and tune for the largest region a first split gives (the grid
     depends on the link too); then, with other ranks at hand, measure what they share when they
     read at once and tune again for that. (settings, the shared rounds)."""
-    settings = configured_settings(cfg)
-    _, _, regions = decompose_job(cfg, settings, layout, topology.n_ranks)
-    largest = max(regions, key=lambda box: box_bytes(box, layout.itemsize))
-    sel = normalize(box_to_region(largest), layout.shape)
+    sel = largest_selection(cfg, configured_settings(cfg), layout, topology.n_ranks)
     settings = resolve_settings(cfg, transport, layout, sel, header=header, topology=topology)
     if crew is None or settings.probe is None:  # no ranks at hand, or a read too small to repay a probe
         return settings, ()

@@ -46,9 +46,14 @@ class Recalled:
     shared: SharedCapacity | None
 
     def describe(self) -> str:
-        hours = self.age_s / 3600
-        age = f"{self.age_s:.0f} s" if self.age_s < 120 else f"{self.age_s / 60:.0f} min" if hours < 2 else f"{hours:.1f} h"
-        return f"cached measurement of {self.endpoint} from {age} ago"
+        return described(self.endpoint, self.age_s)
+
+
+def described(endpoint: str, age_s: float) -> str:
+    """How the tuner's reason names a cached measurement: the endpoint and the age."""
+    hours = age_s / 3600
+    age = f"{age_s:.0f} s" if age_s < 120 else f"{age_s / 60:.0f} min" if hours < 2 else f"{hours:.1f} h"
+    return f"cached measurement of {endpoint} from {age} ago"
 
 
 def _load(path: str) -> dict:
@@ -88,7 +93,7 @@ def recall(endpoint: str | None, now_s: float | None = None) -> Recalled | None:
     if "shared" in fresh:
         s = fresh["shared"]
         shared = SharedCapacity(s.get("node_bytes_per_s"), s.get("egress_bytes_per_s"), bool(s.get("node_cpu_bound")),
-                                source=Recalled(endpoint, now_s - s["at_s"], None, None).describe(),
+                                source=described(endpoint, now_s - s["at_s"]),
                                 requests_per_s=s.get("requests_per_s"))
     return Recalled(endpoint, age_s, probe, shared)
 
