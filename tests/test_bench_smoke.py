@@ -194,6 +194,25 @@ def test_run_all_and_summarize(tmp_path, memory_run):
     assert "| ingest_presigned_tuned/curl |" in again.stdout and "| gappy_s3 |" in again.stdout
 
 
+def test_predictions_script(tmp_path):
+    """Predicted against measured: each run is a real mpiexec job whose report carried the
+    planner's prediction, made before its read."""
+    from ingest.core.sharing import (CONNECTION, CORES, CPU, EGRESS, LATENCY, NODE_CPU, NODE_PIPE, RANK_LINK,
+                                     REQUESTS)
+
+    out = _run(["-m", "bench.predictions", "--quick", "--profiles", "loopback", "--ranks", "2",
+                "--workloads", "whole,thin"], tmp_path, timeout_s=240)
+    assert "| loopback | whole | 2 |" in out and "measured / predicted within 0.8-1.25 in" in out
+    results = _load(tmp_path, "predictions")
+    assert set(results["cells"]) == {"loopback/whole/2", "loopback/thin/2"}
+    for cell in results["cells"].values():
+        (sample,) = cell["samples"]
+        assert sample["predicted_s"] > 0 and sample["makespan_s"] > 0
+        assert sample["measured_over_predicted"] == pytest.approx(sample["makespan_s"] / sample["predicted_s"])
+        assert sample["binding"] in {LATENCY, CPU, CONNECTION, RANK_LINK, NODE_PIPE, NODE_CPU, EGRESS, REQUESTS, CORES}
+    assert results["held"]["runs"] == 2
+
+
 def test_quick_is_the_default_of_every_bench():
     """--quick reaches every benchmark through the runner, and fills only what was not given."""
     from bench import common, run_all

@@ -1,13 +1,16 @@
 """The job's model of what its ranks share (core/sharing.py) and the cache of measured links."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from ingest.core.cost import CostModel
 from ingest.core.linkprobe import LinkProbe
-from ingest.core.sharing import (EGRESS, LATENCY, NODE_CPU, NODE_PIPE, REQUESTS, RankLoad, SharedCapacity, SharedRound,
-                                 Topology, predict_job, share_cost, shared_from_rounds)
+from ingest.core.sharing import (CORES, EGRESS, LATENCY, NODE_CPU, NODE_PIPE, REQUESTS, STARTUP, RankLoad,
+                                 SharedCapacity, SharedRound, Topology, alone_from_rounds, predict_job, share_cost,
+                                 shared_from_rounds)
 from ingest.engine import linkcache
 
 MiB = 1 << 20
@@ -98,6 +101,56 @@ def test_a_shared_request_rate_binds_plans_of_many_small_requests():
     assert share_cost(alone, shared, topo).cpu_per_request_s == pytest.approx(4 / 640)
     fast = SharedRound("nodes", 4, 4, 4, 4 * MiB, 0.5, 0.2, small_requests=64, small_wall_s=0.008)
     assert shared_from_rounds(alone, [fast], SharedCapacity()).requests_per_s is None  # they added up
+
+
+def test_ranks_on_one_machine_share_its_cores_nodes_in_namespaces_too():
+    """Four ranks on two cores: each rank's CPU seconds stretch by two. Nodes emulated in network
+    namespaces on one machine (one boot id) share its cores too; the union of the CPUs each rank
+    may run on is the machine's."""
+    topo = Topology.of_hosts(["n0", "n0", "n1", "n1"], [("boot-a", (0,)), ("boot-a", (1,)),
+                                                         ("boot-a", (0, 1)), ("boot-a", (0, 1))])
+    assert topo.n_nodes == 2 and topo.cores_of_machine == (2,) and topo.ranks_sharing_cores(3) == (4, 2.0)
+    cost = CostModel(latency_s=0.0005, bandwidth_bytes_per_s=2e9, cpu_per_byte_s=2e-9)  # 0.5 GB/s of CPU
+    p = predict_job(cost, SharedCapacity(), topo, [RankLoad(4, 256 * MiB, 4)] * 4)
+    assert p.binding == CORES and p.terms_s[CORES] == pytest.approx(4 * 256 * MiB * 2e-9 / 2)
+    # the planner prices each rank's CPU stretched as well
+    assert share_cost(cost, SharedCapacity(), topo).cpu_per_byte_s == pytest.approx(4e-9)
+    # unknown machines (plan's topology): no cores term
+    unknown = predict_job(cost, SharedCapacity(), Topology.block(4, 2), [RankLoad(4, 256 * MiB, 4)] * 4)
+    assert CORES not in unknown.terms_s or unknown.terms_s[CORES] == 0
+
+
+def test_a_round_separates_the_start_up_from_the_rate_and_the_job_pays_it_once():
+    # 4 MiB in 0.1 s, of which the last 3 MiB streamed in 0.03 s once under way: 100 MiB/s after
+    # a start-up of 0.1 - 4/100 - latency
+    r = SharedRound("node", 2, 1, 4, 4 * MiB, 0.1, 0.3, steady_bytes=3 * MiB, steady_s=0.03)
+    assert r.bytes_per_s == pytest.approx(100 * MiB) and r.startup_s(0.001) == pytest.approx(0.1 - 0.04 - 0.001)
+    alone = CostModel(latency_s=0.001, bandwidth_bytes_per_s=100 * MiB)
+    shared = shared_from_rounds(alone, [r], SharedCapacity())
+    assert shared.startup_s == pytest.approx(0.059)
+    base = predict_job(alone, replace(shared, startup_s=0.0), Topology.block(2, 1), [RankLoad(8, 64 * MiB, 4)] * 2)
+    p = predict_job(alone, shared, Topology.block(2, 1), [RankLoad(8, 64 * MiB, 4)] * 2)
+    assert p.makespan_s == pytest.approx(base.makespan_s + 0.059) and p.terms_s[STARTUP] == pytest.approx(0.059)
+    # a round timed as one piece (no steady part) is its bytes over its wall, and no start-up
+    whole = SharedRound("node", 2, 1, 4, 4 * MiB, 0.1, 0.3)
+    assert whole.bytes_per_s == pytest.approx(40 * MiB) and whole.startup_s(0.0) == pytest.approx(0.0)
+
+
+def test_a_shared_pipe_carries_at_least_what_one_rank_got_alone():
+    """A short round that got less than one rank alone measured its start, not the pipe."""
+    alone = CostModel(latency_s=0.001, bandwidth_bytes_per_s=900 * MB)
+    shared = shared_from_rounds(alone, [shared_round("node", 4, 1, 560 * MB)], SharedCapacity())
+    assert shared.node_bytes_per_s == 900 * MB
+
+
+def test_ranks_whose_streams_added_up_raise_the_link_rank_0_assumed():
+    """Rank 0's probe had no time for parallel streams and assumed they share one 80 MB/s link;
+    four ranks of four streams got 600 MB/s together: each rank gets at least 150 alone."""
+    alone = CostModel(latency_s=0.001, bandwidth_bytes_per_s=80 * MB, stream_bandwidth_bytes_per_s=80 * MB)
+    raised = alone_from_rounds(alone, [shared_round("node", 4, 1, 600 * MB)])
+    assert raised.bandwidth(4) == pytest.approx(150 * MB)
+    assert alone_from_rounds(alone, [shared_round("node", 4, 1, 200 * MB)]) == alone  # less: nothing learned
+    assert shared_from_rounds(raised, [shared_round("node", 4, 1, 600 * MB)], SharedCapacity()).node_bytes_per_s is None
 
 
 def test_the_link_cache_keeps_a_probe_and_the_shared_pipes_with_their_age(tmp_path, monkeypatch):

@@ -94,12 +94,13 @@ def resolve_settings(cfg: RunConfig, transport: Transport, layout: Layout, sel: 
 
 
 def settings_for_job(cfg: RunConfig, settings: Settings, layout: Layout, sel: Selection, shared: SharedCapacity,
-                     topology: Topology) -> Settings:
+                     topology: Topology, alone: CostModel | None = None) -> Settings:
     """`settings` chosen again for what the job's ranks were measured to share (the probe of one
-    rank's link kept): each rank's share of the shared pipes prices the plans."""
+    rank's link kept, or `alone`, that link as the ranks' rounds showed it): each rank's share
+    of the shared pipes prices the plans."""
     if settings.tuning is None:
         return settings
-    alone = settings.alone
+    alone = alone or settings.alone
     fixed = _fixed_by_config(cfg)
     shared_text = f"{topology.describe()}, shared pipes {shared.source}"
     model = (describe_probe(settings.probe, alone, shared_text) if settings.probe

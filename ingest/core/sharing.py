@@ -5,7 +5,9 @@ capped per connection), its own CPU. A job of N ranks on M nodes also shares pip
 rank sees alone:
 
 - a node's pipe (its NIC, or on one machine its cores), which the ranks on that node share;
-- the store's egress (or a WAN link), which every node shares.
+- the store's egress (or a WAN link), which every node shares;
+- a machine's cores, which every rank on it shares (with more ranks than cores, a rank's CPU
+  time stretches; nodes emulated on one machine share its cores too).
 
 A rank's bytes go at the slowest of what its own streams get, its node's pipe and the egress,
 each of the shared ones carrying every byte of the ranks behind it. So the job's makespan is the
@@ -20,21 +22,38 @@ from ingest.core.cost import CostModel
 from ingest.core.linkprobe import SCALING_FRACTION
 
 # The names of the terms, as reports and `plan` print them.
-LATENCY, CPU, CONNECTION, RANK_LINK, NODE_PIPE, NODE_CPU, EGRESS, REQUESTS = (
-    "latency", "CPU", "per-connection cap", "rank's link", "node pipe", "node's cores", "egress", "request rate")
+LATENCY, CPU, CONNECTION, RANK_LINK, NODE_PIPE, NODE_CPU, EGRESS, REQUESTS, CORES, STARTUP = (
+    "latency", "CPU", "per-connection cap", "rank's link", "node pipe", "node's cores", "egress", "request rate",
+    "shared cores", "start-up")
 
 
 @dataclass(frozen=True)
 class Topology:
-    """Which node each rank runs on (nodes numbered by their first rank: rank 0's node is 0)."""
+    """Which node each rank runs on (nodes numbered by their first rank: rank 0's node is 0), and
+    which machine: the cores each machine's ranks share (empty when unknown, as for `plan`)."""
 
     node_of_rank: tuple[int, ...]
+    machine_of_rank: tuple[int, ...] = ()
+    cores_of_machine: tuple[int, ...] = ()
 
     @classmethod
-    def of_hosts(cls, hosts) -> "Topology":
-        """From each rank's host name, in rank order."""
+    def of_hosts(cls, hosts, machines=None) -> "Topology":
+        """From each rank's host name, in rank order; `machines`, if given, each rank's (machine
+        id, the CPUs it may run on): ranks of one machine share the union of their CPUs."""
         index: dict[str, int] = {}
-        return cls(tuple(index.setdefault(h, len(index)) for h in hosts))
+        nodes = tuple(index.setdefault(h, len(index)) for h in hosts)
+        if not machines:
+            return cls(nodes)
+        ids: dict[str, int] = {}
+        cpus: list[set] = []
+        of_rank = []
+        for machine, rank_cpus in machines:
+            k = ids.setdefault(machine, len(ids))
+            if k == len(cpus):
+                cpus.append(set())
+            cpus[k] |= set(rank_cpus)
+            of_rank.append(k)
+        return cls(nodes, tuple(of_rank), tuple(max(1, len(c)) for c in cpus))
 
     @classmethod
     def block(cls, n_ranks: int, n_nodes: int) -> "Topology":
@@ -60,6 +79,13 @@ class Topology:
     def most_per_node(self) -> int:
         return max(self.ranks_per_node, default=1)
 
+    def ranks_sharing_cores(self, rank: int) -> tuple[int, float]:
+        """(ranks on `rank`'s machine, its cores); (1, 1.0) when unknown."""
+        if not self.cores_of_machine:
+            return 1, 1.0
+        machine = self.machine_of_rank[rank]
+        return self.machine_of_rank.count(machine), float(self.cores_of_machine[machine])
+
     def describe(self) -> str:
         counts = self.ranks_per_node
         per = f"{counts[0]} per node" if len(set(counts)) == 1 else "/".join(map(str, counts)) + " per node"
@@ -76,6 +102,7 @@ class SharedCapacity:
     node_cpu_bound: bool = False  # the node's ranks kept its cores busy: its "pipe" is CPU
     source: str = "nothing measured: ranks assumed not to share a pipe"
     requests_per_s: float | None = None  # small requests per second the store serves all ranks together
+    startup_s: float = 0.0  # what the ranks starting at once cost before their bytes flow at the rates
 
     @property
     def node_term(self) -> str:
@@ -83,7 +110,8 @@ class SharedCapacity:
 
     def as_dict(self) -> dict:
         return {"node_bytes_per_s": self.node_bytes_per_s, "egress_bytes_per_s": self.egress_bytes_per_s,
-                "node_cpu_bound": self.node_cpu_bound, "requests_per_s": self.requests_per_s, "source": self.source}
+                "node_cpu_bound": self.node_cpu_bound, "requests_per_s": self.requests_per_s,
+                "startup_s": self.startup_s, "source": self.source}
 
 
 def share_cost(cost: CostModel, shared: SharedCapacity, topology: Topology) -> CostModel:
@@ -99,11 +127,16 @@ def share_cost(cost: CostModel, shared: SharedCapacity, topology: Topology) -> C
     # A request rate the store serves all ranks together is, for each rank, a time per request
     # that no depth of requests in flight hides: the share of it.
     per_request_s = topology.n_ranks / shared.requests_per_s if shared.requests_per_s else 0.0
-    if link >= cost.bandwidth_bytes_per_s and per_request_s <= cost.cpu_per_request_s:
+    # More ranks than cores on a machine: each rank's CPU time stretches by the ratio.
+    ranks, cores = topology.ranks_sharing_cores(0)
+    stretch = max(1.0, ranks / cores)
+    if link >= cost.bandwidth_bytes_per_s and per_request_s <= cost.cpu_per_request_s and stretch == 1.0:
         return cost
+    # The cores' stretch is the CPU's own terms' (a throughput the ranks share), not a wait that
+    # every request sees: the latency grows only by the store's shared request rate.
     return replace(cost, bandwidth_bytes_per_s=link, stream_bandwidth_bytes_per_s=min(cost.stream_bytes_per_s, link),
-                   cpu_per_request_s=max(cost.cpu_per_request_s, per_request_s),
-                   latency_s=max(cost.latency_s, per_request_s))
+                   cpu_per_request_s=max(cost.cpu_per_request_s * stretch, per_request_s),
+                   cpu_per_byte_s=cost.cpu_per_byte_s * stretch, latency_s=max(cost.latency_s, per_request_s))
 
 
 @dataclass(frozen=True)
@@ -155,8 +188,13 @@ def predict_job(cost: CostModel, shared: SharedCapacity, topology: Topology, loa
     shared this is CostModel.predict_s."""
     loads = list(loads)[:topology.n_ranks]
     node_wire = [0] * topology.n_nodes
+    machine_cpu_s: dict[int, float] = {}
     for rank, load in enumerate(loads):
         node_wire[topology.node_of_rank[rank]] += load.wire_bytes
+        if topology.cores_of_machine:
+            machine = topology.machine_of_rank[rank]
+            machine_cpu_s[machine] = machine_cpu_s.get(machine, 0.0) + (
+                load.n_requests * cost.cpu_per_request_s + load.wire_bytes * cost.cpu_per_byte_s)
     egress_s = sum(node_wire) / shared.egress_bytes_per_s if shared.egress_bytes_per_s else 0.0
     requests_s = sum(load.n_requests for load in loads) / shared.requests_per_s if shared.requests_per_s else 0.0
     terms: dict[str, float] = {}
@@ -168,15 +206,28 @@ def predict_job(cost: CostModel, shared: SharedCapacity, topology: Topology, loa
         node = topology.node_of_rank[rank]
         bytes_terms[shared.node_term] = node_wire[node] / shared.node_bytes_per_s if shared.node_bytes_per_s else 0.0
         bytes_terms[EGRESS] = egress_s
-        bytes_terms[REQUESTS] = requests_s
         name, bytes_s = max(bytes_terms.items(), key=lambda kv: kv[1])
+        # The machine's cores run every rank on it: their CPU seconds over its cores, whatever
+        # the pipes do (on one machine the server's share is in the pipes the rounds measured).
+        cores_s = 0.0
+        if topology.cores_of_machine:
+            machine = topology.machine_of_rank[rank]
+            cores_s = machine_cpu_s[machine] / topology.cores_of_machine[machine]
         # What each term would take on its own: the CPU's requests and bytes together.
-        own = {**bytes_terms, LATENCY: latency_s, CPU: cpu_requests_s + bytes_terms[CPU]}
+        # The store's shared request rate and the machine's cores are throughputs every rank's
+        # requests pass through, alongside the rank's own work (not after it): the largest binds.
+        own = {**bytes_terms, LATENCY: latency_s, CPU: cpu_requests_s + bytes_terms[CPU], CORES: cores_s,
+               REQUESTS: requests_s}
         for key, value in own.items():
             terms[key] = max(terms.get(key, 0.0), value)
-        total_s = latency_s + cpu_requests_s + bytes_s
+        busiest, busy_s = max(((name, cpu_requests_s + bytes_s), (CORES, cores_s), (REQUESTS, requests_s)),
+                              key=lambda kv: kv[1])
+        total_s = shared.startup_s + latency_s + busy_s
         if total_s > best[0]:
-            best = (total_s, max(((LATENCY, latency_s), (CPU, own[CPU]), (name, bytes_s)), key=lambda kv: kv[1])[0])
+            best = (total_s, max(((LATENCY, latency_s), (CPU, own[CPU]), (busiest, own[busiest])),
+                                 key=lambda kv: kv[1])[0])
+    if shared.startup_s and best[0] > 0:
+        terms[STARTUP] = shared.startup_s
     return JobPrediction(best[0], best[1], terms, topology, shared.source)
 
 
@@ -198,6 +249,8 @@ class SharedRound:
     cpu_busy: float  # the ranks' CPU seconds / (wall_s x the cores of their nodes)
     small_requests: int = 0  # then small requests, every rank's at once
     small_wall_s: float = 0.0  # the slowest rank's time for its small requests
+    steady_bytes: int = 0  # the bytes that crossed once the ranks were under way (probe_rounds._steady)
+    steady_s: float = 0.0  # their time, the first rank's steady first byte to the last rank's last
 
     @property
     def requests_per_s(self) -> float | None:
@@ -205,13 +258,22 @@ class SharedRound:
 
     @property
     def bytes_per_s(self) -> float:
+        """What the ranks got together once under way (all of the round where it was not timed apart)."""
+        if self.steady_bytes and self.steady_s > 0:
+            return self.steady_bytes / self.steady_s
         return self.total_bytes / max(self.wall_s, 1e-9)
+
+    def startup_s(self, latency_s: float) -> float:
+        """What the round took beyond its bytes at that rate and one latency (which the model
+        counts apart): threads, buffers, and ranks getting going together on their cores."""
+        return max(0.0, self.wall_s - self.total_bytes / self.bytes_per_s - latency_s)
 
     def as_dict(self) -> dict:
         return {"name": self.name, "ranks": self.ranks, "nodes": self.nodes, "streams": self.streams,
                 "total_bytes": self.total_bytes, "wall_s": round(self.wall_s, 6),
                 "bytes_per_s": round(self.bytes_per_s), "cpu_busy": round(self.cpu_busy, 3),
-                "small_requests": self.small_requests, "small_wall_s": round(self.small_wall_s, 6)}
+                "small_requests": self.small_requests, "small_wall_s": round(self.small_wall_s, 6),
+                "steady_bytes": self.steady_bytes, "steady_s": round(self.steady_s, 6)}
 
 
 def assumed_shared(alone: CostModel, measured_streams: bool, streams_add_up: bool) -> SharedCapacity:
@@ -224,10 +286,27 @@ def assumed_shared(alone: CostModel, measured_streams: bool, streams_add_up: boo
                           if measured_streams else SharedCapacity.source)
 
 
+def alone_from_rounds(alone: CostModel, rounds) -> CostModel:
+    """One rank's link, raised to what each rank got in a round where many read at once: a rank
+    gets at least that alone. Rank 0's probe may have had no time to try parallel streams and
+    assumed they share one link; ranks whose streams together got more showed they do not (a
+    cap per connection, as Toxiproxy's or a long path's TCP window)."""
+    for r in rounds:
+        per_rank = r.bytes_per_s / max(1, r.ranks)
+        if per_rank > alone.bandwidth(r.streams):
+            alone = replace(alone, bandwidth_bytes_per_s=max(alone.bandwidth_bytes_per_s, per_rank),
+                            stream_bandwidth_bytes_per_s=max(alone.stream_bytes_per_s, per_rank / max(1, r.streams)))
+    return alone
+
+
 def shared_from_rounds(alone: CostModel, rounds, fallback: SharedCapacity) -> SharedCapacity:
     """The shared pipes the rounds showed. Ranks that got less than SCALING of what each gets
     alone were sharing a pipe, whose capacity is what they got together; where they added up,
-    nothing binds at that count. A pipe no round loaded keeps `fallback`'s figure."""
+    nothing binds at that count. A pipe no round loaded keeps `fallback`'s figure.
+
+    A shared pipe carries at least what one rank got through it alone: a short round that got
+    less measured its own start-up (threads, first requests, ranks scheduled late on busy
+    cores), not the pipe, so rank 0's probe is its floor."""
     node, egress, cpu_bound = fallback.node_bytes_per_s, fallback.egress_bytes_per_s, fallback.node_cpu_bound
     requests = fallback.requests_per_s
     by_name = {r.name: r for r in rounds}
@@ -235,16 +314,19 @@ def shared_from_rounds(alone: CostModel, rounds, fallback: SharedCapacity) -> Sh
         r = by_name["node"]
         alone_bps = alone.bandwidth(r.streams)
         shared = r.bytes_per_s < SCALING_FRACTION * r.ranks * alone_bps
-        node, cpu_bound = (r.bytes_per_s, r.cpu_busy >= CPU_BOUND_BUSY) if shared else (None, False)
+        node, cpu_bound = (max(r.bytes_per_s, alone_bps), r.cpu_busy >= CPU_BOUND_BUSY) if shared else (None, False)
     if "nodes" in by_name:
         r = by_name["nodes"]
-        per_node = min(alone.bandwidth(r.streams) * r.ranks / r.nodes, node or float("inf"))
-        egress = r.bytes_per_s if r.bytes_per_s < SCALING_FRACTION * r.nodes * per_node else None
+        alone_bps = alone.bandwidth(r.streams)
+        per_node = min(alone_bps * r.ranks / r.nodes, node or float("inf"))
+        egress = max(r.bytes_per_s, alone_bps) if r.bytes_per_s < SCALING_FRACTION * r.nodes * per_node else None
     for r in rounds:
         # Ranks whose small requests took longer together than one rank's alone would (its
         # latency, overlapped as far as its probe saw) were waiting on a shared request rate.
         alone_rate = r.ranks * alone.overlap(r.streams) / max(alone.latency_s, 1e-9)
         if r.requests_per_s is not None:
             requests = r.requests_per_s if r.requests_per_s < SCALING_FRACTION * alone_rate else None
+    # The start-up of the round with the most ranks: the job's ranks get going as they did.
+    startup_s = max(rounds, key=lambda r: r.ranks).startup_s(alone.latency_s) if rounds else fallback.startup_s
     names = " and ".join(f"{r.name} round ({r.ranks} ranks on {r.nodes} node(s))" for r in rounds)
-    return SharedCapacity(node, egress, cpu_bound, f"measured: {names}", requests)
+    return SharedCapacity(node, egress, cpu_bound, f"measured: {names}", requests, startup_s)

@@ -157,9 +157,9 @@ def _tune_for_job(cfg: RunConfig, transport: Transport, layout: Layout, header, 
                               predicted_s=settings.tuning.predicted_s)
     if measured is None:
         return settings, ()
-    shared, rounds = measured
+    shared, alone, rounds = measured
     linkcache.remember(transport.endpoint, shared=shared)
-    return settings_for_job(cfg, settings, layout, sel, shared, topology), rounds
+    return settings_for_job(cfg, settings, layout, sel, shared, topology, alone=alone), rounds
 
 
 def prepare_job(cfg: RunConfig, topology: Topology, staging: bool = False, rank_outputs: bool = True,

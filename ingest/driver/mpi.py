@@ -6,7 +6,9 @@ so `import ingest` and the single-process API never start MPI.
 from __future__ import annotations
 
 import os
+import socket
 import sys
+import time
 import traceback
 
 from ingest.core.sharing import Topology
@@ -63,10 +65,29 @@ def check_world_size(size: int, environ, library: str | None = None) -> None:
 
 def topology(comm) -> Topology:
     """Which node each rank runs on, by processor name (collective): which ranks share a node's
-    link to the store."""
+    link to the store; and which machine, by its boot id (nodes emulated in namespaces on one
+    machine share its cores), with the CPUs each rank may run on."""
     from mpi4py import MPI
 
-    return Topology.of_hosts(comm.allgather(MPI.Get_processor_name()))
+    here = (MPI.Get_processor_name(), (_machine_id(), _cpus()))
+    hosts, machines = zip(*comm.allgather(here))
+    return Topology.of_hosts(hosts, machines)
+
+
+def _cpus() -> tuple[int, ...]:
+    """The CPUs this process may run on (a launcher's binding or a job's cgroup narrows them)."""
+    if hasattr(os, "sched_getaffinity"):
+        return tuple(sorted(os.sched_getaffinity(0)))
+    return tuple(range(os.cpu_count() or 1))
+
+
+def _machine_id() -> str:
+    """This machine's boot id (the same in every network or UTS namespace), else its host name."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip()
+    except OSError:
+        return socket.gethostname()
 
 
 def root_step(comm, fn, *args, **kwargs):
@@ -88,8 +109,24 @@ def root_step(comm, fn, *args, **kwargs):
     return comm.bcast(result, root=0)
 
 
+# How often a rank waiting in quiet_barrier looks again: a sleep this short adds at most this
+# much to a barrier, and gives the core back meanwhile.
+QUIET_POLL_S = 0.0005
+
+
+def quiet_barrier(comm) -> None:
+    """A barrier that sleeps while it waits. MPI's own barrier spins: a rank that finished early
+    (or waits while rank 0 probes) takes a core from the ranks still reading and, on one machine,
+    from the server; with more ranks than cores that slows the job it waits for."""
+    request = comm.Ibarrier()
+    while not request.Test():
+        time.sleep(QUIET_POLL_S)
+
+
 def all_agree_or_raise(comm, error: BaseException | None) -> None:
-    """Collective: if any rank failed, raise on every rank (naming the first failed rank)."""
+    """Collective: if any rank failed, raise on every rank (naming the first failed rank). Ranks
+    wait for the last one quietly (quiet_barrier)."""
+    quiet_barrier(comm)
     messages = comm.allgather(None if error is None else f"{type(error).__name__}: {error}")
     failed = [(r, m) for r, m in enumerate(messages) if m is not None]
     if not failed:

@@ -14,8 +14,9 @@ import os
 import socket
 from dataclasses import dataclass
 
-from ingest.core.sharing import SharedCapacity, SharedRound, Topology, shared_from_rounds
-from ingest.driver.mpi import root_step
+from ingest.core.cost import CostModel
+from ingest.core.sharing import SharedCapacity, SharedRound, Topology, alone_from_rounds, shared_from_rounds
+from ingest.driver.mpi import quiet_barrier, root_step
 from ingest.engine.probe import MIN_PROBE_READ_BYTES, timed_parallel_read, timed_small_reads, warm_connections
 from ingest.transports import ObjectInfo, open_transport
 
@@ -54,17 +55,23 @@ def _take_part(comm, order: RoundOrder) -> dict | None:
         except Exception as exc:  # noqa: BLE001 - reported with the round
             result = {"error": f"{type(exc).__name__}: {exc}"}
     try:
+        # Ranks wait for each other quietly (a spinning rank takes a core from those still
+        # reading), then start together.
+        quiet_barrier(comm)
         comm.Barrier()
         if transport is not None:
             result = _timed(lambda: _bulk(transport, order, order.participants.index(rank)))
         if order.small_reads:
+            quiet_barrier(comm)
             comm.Barrier()  # every participant's small requests at once, as the job's will be
             if transport is not None and "error" not in result:
-                small = _timed(lambda: {"small_s": _small(transport, order, order.participants.index(rank))})
+                small = _timed(lambda: dict(zip(("small_n", "small_s"),
+                                                _small(transport, order, order.participants.index(rank)))))
                 result.update(small)
     finally:
         if transport is not None:
             transport.close()
+    quiet_barrier(comm)
     return result
 
 
@@ -76,12 +83,13 @@ def _timed(fn) -> dict:
 
 
 def _bulk(transport, order: RoundOrder, k: int) -> dict:
-    wall_s, cpu_s = timed_parallel_read(transport, order.offsets[k], order.bytes_per_rank, order.streams)
-    return {"host": socket.gethostname(), "wall_s": wall_s, "cpu_s": cpu_s, "small_s": 0.0,
+    read = timed_parallel_read(transport, order.offsets[k], order.bytes_per_rank, order.streams)
+    return {"host": socket.gethostname(), "wall_s": read.wall_s, "cpu_s": read.cpu_s, "small_s": 0.0,
+            "steady_from_s": read.steady_from_s, "steady_s": read.steady_s, "steady_bytes": read.steady_bytes,
             "cores": len(os.sched_getaffinity(0))}
 
 
-def _small(transport, order: RoundOrder, k: int) -> float:
+def _small(transport, order: RoundOrder, k: int) -> tuple[int, float]:
     spread = max(order.small_bytes, order.bytes_per_rank - order.small_bytes) // order.small_reads
     return timed_small_reads(transport, [order.offsets[k] + i * spread for i in range(order.small_reads)],
                              order.small_bytes, order.streams)
@@ -99,7 +107,7 @@ class Crew:
 
     def run_round(self, order: RoundOrder) -> SharedRound | None:
         """Run one round on every rank; None when a participant failed (the job does not need it)."""
-        self.comm.bcast(order, root=0)
+        _order(self.comm, order)
         results = [r for r in self.comm.gather(_take_part(self.comm, order), root=0) if r is not None]
         if not results or any("error" in r for r in results):
             return None
@@ -107,13 +115,36 @@ class Crew:
         wall_s = max(r["wall_s"] for r in results)
         busy = sum(r["cpu_s"] for r in results) / max(wall_s * sum(hosts.values()), 1e-9)
         return SharedRound(order.name, len(results), len(hosts), order.streams,
-                           order.bytes_per_rank * len(results), wall_s, busy, order.small_reads * len(results),
-                           max(r["small_s"] for r in results))
+                           order.bytes_per_rank * len(results), wall_s, busy, sum(r.get("small_n", 0) for r in results),
+                           max(r["small_s"] for r in results), *_steady(results, order.bytes_per_rank))
+
+
+def _order(comm, order=None):
+    """Rank 0 hands the next order to the other ranks, who wait for it quietly: rank 0 probes and
+    tunes meanwhile, on cores they would otherwise spin on."""
+    quiet_barrier(comm)
+    return comm.bcast(order, root=0)
+
+
+def _steady(results, bytes_per_rank: int) -> tuple[int, float]:
+    """(bytes, seconds) of the span from the first rank's steady first byte to the last rank's
+    last, each rank timed from its own exit from the round's barrier (which all leave together).
+    The ranks' steady parts need not line up: a rank still warming up when another's steady part
+    began was moving bytes through the same pipes, so the part of its warm-up inside the span is
+    counted too (its warm-up bytes taken as flowing evenly from the start)."""
+    start = min(r["steady_from_s"] for r in results)
+    end = max(r["steady_from_s"] + r["steady_s"] for r in results)
+    moved = 0.0
+    for r in results:
+        warmup = bytes_per_rank - r["steady_bytes"]
+        inside = (r["steady_from_s"] - start) / r["steady_from_s"] if r["steady_from_s"] > 0 else 0.0
+        moved += r["steady_bytes"] + warmup * inside
+    return int(moved), end - start
 
 
 def serve(comm) -> None:
     """Every rank but 0: take part in rank 0's rounds until it says it is done."""
-    while (order := comm.bcast(None, root=0)) != _DONE:
+    while (order := _order(comm)) != _DONE:
         comm.gather(_take_part(comm, order), root=0)
 
 
@@ -130,7 +161,7 @@ def root_step_with_crew(comm, fn, *args, **kwargs):
         try:
             return fn(*a, crew=Crew(comm), **kw)
         finally:
-            comm.bcast(_DONE, root=0)
+            _order(comm, _DONE)
 
     return root_step(comm, lead, *args, **kwargs)
 
@@ -157,10 +188,11 @@ def round_participants(topology: Topology) -> list[tuple[str, tuple[int, ...]]]:
 
 def measure_shared(crew: Crew, topology: Topology, settings, *, source: str, method: str, options: dict,
                    info: ObjectInfo, span: tuple[int, int],
-                   predicted_s: float) -> tuple[SharedCapacity, tuple[SharedRound, ...]] | None:
+                   predicted_s: float) -> tuple[SharedCapacity, CostModel, tuple[SharedRound, ...]] | None:
     """Rank 0: run the rounds that tell what the ranks share, within SHARED_BUDGET_FRACTION of the
-    job's predicted time: (what they share, the rounds), or None when no round fits (or one
-    failed: the job goes on with what rank 0's probe suggested). `settings` are rank 0's
+    job's predicted time: (what they share, one rank's link as the rounds showed it, the rounds),
+    or None when no round fits (or one failed: the job goes on with what rank 0's probe
+    suggested). `settings` are rank 0's
     (its probe, its link alone, the plan's threads); `span` the (offset, bytes) rounds read in."""
     rounds = round_participants(topology)
     if not rounds:
@@ -177,7 +209,7 @@ def measure_shared(crew: Crew, topology: Topology, settings, *, source: str, met
         offsets = tuple(span[0] + k * nbytes for k in range(len(participants)))
         # The last round (every rank) also issues a wave of small requests each: the request rate
         # all of them get from the store, which plans of many small requests lean on.
-        small = max(4, streams) if name == rounds[-1][0] else 0
+        small = 2 * max(4, streams) if name == rounds[-1][0] else 0  # two waves: the first warms up
         measured = crew.run_round(RoundOrder(name, participants, source, method, options, info, offsets, nbytes,
                                              streams, small))
         if measured is None:
@@ -185,4 +217,5 @@ def measure_shared(crew: Crew, topology: Topology, settings, *, source: str, met
         done.append(measured)
     if not done:
         return None
-    return shared_from_rounds(settings.alone, done, settings.shared), tuple(done)
+    alone = alone_from_rounds(settings.alone, done)
+    return shared_from_rounds(alone, done, settings.shared), alone, tuple(done)

@@ -8,6 +8,7 @@ can record what did complete (prestage's manifest) before every rank learns of i
 from __future__ import annotations
 
 import socket
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,8 +56,10 @@ def _region_record(rank: int, index: int, box, stats: ReadStats, start_s: float,
     }
 
 
-def rank_record(rank: int, regions: list[dict], elapsed_s: float, plan_s: float, plans: list[dict]) -> dict:
-    """The per-rank record of the report: its regions' sums, timed from the job's barrier."""
+def rank_record(rank: int, regions: list[dict], elapsed_s: float, plan_s: float, plans: list[dict],
+                cpu_s: float | None = None) -> dict:
+    """The per-rank record of the report: its regions' sums, timed from the job's barrier; cpu_s
+    the rank's process CPU seconds over the same time (all its threads)."""
     faults: dict = {}
     for r in regions:
         for kind, count in r["faults"].items():
@@ -74,6 +77,7 @@ def rank_record(rank: int, regions: list[dict], elapsed_s: float, plan_s: float,
         "start_s": 0.0,
         "stop_s": elapsed_s,
         "elapsed_s": elapsed_s,
+        "cpu_s": cpu_s,
         "throughput_bytes_per_s": sums["bytes_needed"] / elapsed_s if elapsed_s > 0 else 0.0,
         "output_path": None,
         "phase_s": {"plan": plan_s, "read": elapsed_s},
@@ -121,7 +125,7 @@ def read_rank_regions(comm, cfg: RunConfig, job: Job, source: str, method: str, 
     bar = _progress_bar(cfg, rank, size, sum(plan.wire_bytes for _, plan in plans), label)
     done: list[RegionRead] = []
     comm.Barrier()
-    t0 = MPI.Wtime()
+    t0, cpu0 = MPI.Wtime(), time.process_time()
     try:
         for index, (sel, plan) in zip(mine, plans):
             start_s = MPI.Wtime() - t0
@@ -146,7 +150,8 @@ def read_rank_regions(comm, cfg: RunConfig, job: Job, source: str, method: str, 
         transport.close()
     elapsed_s = MPI.Wtime() - t0
     record = rank_record(rank, [r.record for r in done], elapsed_s, plan_s,
-                         [plan.describe(job.settings.cost, job.settings.threads) for _, plan in plans])
+                         [plan.describe(job.settings.cost, job.settings.threads) for _, plan in plans],
+                         time.process_time() - cpu0)
     return done, record, error
 
 
@@ -164,7 +169,7 @@ def _read_rank_tiles(comm, cfg: RunConfig, job: Job, label: str, on_region):
     plans = []
     error = None
     comm.Barrier()
-    t0 = MPI.Wtime()
+    t0, cpu0 = MPI.Wtime(), time.process_time()
     try:
         for index in mine:
             start_s = MPI.Wtime() - t0
@@ -185,7 +190,8 @@ def _read_rank_tiles(comm, cfg: RunConfig, job: Job, label: str, on_region):
             bar.close()
     elapsed_s = MPI.Wtime() - t0
     record = rank_record(rank, [r.record for r in done], elapsed_s, 0.0,
-                         [plan.describe(job.settings.cost, job.settings.threads) for plan in plans])
+                         [plan.describe(job.settings.cost, job.settings.threads) for plan in plans],
+                         time.process_time() - cpu0)
     return done, record, error
 
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from dataclasses import dataclass
+
 from ingest.core.linkprobe import (ASSUMED_CPU_PER_BYTE_S, LATENCY_THREADS, LATENCY_WAVE, ROUNDS, SCALING_FRACTION,
                                    LinkProbe)
 from ingest.transports.base import Transport
@@ -295,28 +297,70 @@ def warm_connections(transport: Transport, offset: int, streams: int, nbytes: in
     _concurrently(lambda k: _timed_read(transport, offset + k * nbytes, nbytes), streams)
 
 
-def timed_parallel_read(transport: Transport, offset: int, nbytes: int, streams: int) -> tuple[float, float]:
-    """(seconds, this process's CPU seconds) to read [offset, offset + nbytes) as `streams` ranged
-    reads at once: one rank's part in a round where many ranks read together
-    (ingest.driver.probe_rounds). The seconds are from the first stream's first byte to the last
-    stream's last: each request's wait for its first byte is latency, which the probe measures
-    apart."""
+@dataclass(frozen=True)
+class RoundRead:
+    """One rank's part of a round (ingest.driver.probe_rounds), timed two ways."""
+
+    wall_s: float  # from the start to the last stream's last byte: start-up included
+    steady_from_s: float  # the first byte of the streams' second requests, from the start
+    steady_s: float  # from then to the last byte: the pipe, warmed up
+    steady_bytes: int
+    cpu_s: float  # this process's CPU seconds over the whole read
+
+
+# The first part of each stream's bytes warms it up (threads, buffers, a rank scheduled late on
+# busy cores): the rate is timed over the rest, and the start-up is what the first part cost
+# beyond it.
+WARMUP_FRACTION = 0.25
+
+
+def timed_parallel_read(transport: Transport, offset: int, nbytes: int, streams: int) -> RoundRead:
+    """Read [offset, offset + nbytes) as `streams` streams at once, each stream as two requests
+    on its connection, a short one and the rest: one rank's part in a round where many ranks
+    read together. The steady time is from the first byte of the streams' second requests to
+    the last byte of all; each request's wait for its first byte is latency, which the probe
+    measures apart."""
     streams = max(1, min(streams, nbytes // (MIN_PROBE_READ_BYTES // 4) or 1))  # parts of >= 64 KiB
     part = -(-nbytes // streams)
+
+    def stream(k: int) -> tuple[int, float, float]:
+        start, length = offset + k * part, min(part, nbytes - k * part)
+        head = max(1, min(length - 1, int(length * WARMUP_FRACTION))) if length > 1 else length
+        _timed_read(transport, start, head)
+        if head == length:
+            return 0, time.perf_counter(), time.perf_counter()
+        t1 = time.perf_counter()
+        ttfb_s, _ = _timed_read(transport, start + head, length - head)
+        return length - head, t1 + ttfb_s, time.perf_counter()
+
     cpu0, t0 = time.process_time(), time.perf_counter()
-    timings = _concurrently(lambda k: _timed_read(transport, offset + k * part, min(part, nbytes - k * part)),
-                            streams)
+    timings = _concurrently(stream, streams)
     wall_s = time.perf_counter() - t0
-    return max(1e-6, wall_s - min(ttfb for ttfb, _ in timings)), time.process_time() - cpu0
+    steady_bytes = sum(b for b, _, _ in timings)
+    first = min(first for _, first, _ in timings)
+    steady_s = max(end for _, _, end in timings) - first
+    return RoundRead(max(1e-6, wall_s), first - t0, max(1e-6, steady_s), steady_bytes, time.process_time() - cpu0)
 
 
-def timed_small_reads(transport: Transport, offsets, nbytes: int, in_flight: int) -> float:
-    """Wall seconds to read `nbytes` at each of `offsets`, `in_flight` at a time: one rank's part
-    of a round of small requests from many ranks at once, which shows the request rate the store
-    (and, on one machine, the cores) can serve them all."""
+def timed_small_reads(transport: Transport, offsets, nbytes: int, in_flight: int) -> tuple[int, float]:
+    """Read `nbytes` at each of `offsets`, `in_flight` at a time: one rank's part of a round of
+    small requests from many ranks at once, which shows the request rate the store (and, on one
+    machine, the cores) can serve them all. Each in-flight thread's first request warms it up;
+    returns (the requests after those, their wall seconds from the first of them to the last)."""
     offsets = list(offsets)
-    per = -(-len(offsets) // max(1, in_flight))
-    t0 = time.perf_counter()
-    _concurrently(lambda k: [_timed_read(transport, o, nbytes) for o in offsets[k * per:(k + 1) * per]],
-                  min(in_flight, len(offsets)))
-    return time.perf_counter() - t0
+    in_flight = max(1, min(in_flight, len(offsets)))
+    per = -(-len(offsets) // in_flight)
+
+    def thread(k: int) -> tuple[int, float, float]:
+        mine = offsets[k * per:(k + 1) * per]
+        if mine:
+            _timed_read(transport, mine[0], nbytes)
+        t1 = time.perf_counter()
+        for offset in mine[1:]:
+            _timed_read(transport, offset, nbytes)
+        return max(0, len(mine) - 1), t1, time.perf_counter()
+
+    timings = [t for t in _concurrently(thread, in_flight) if t[0]]
+    if not timings:
+        return 0, 0.0
+    return sum(n for n, _, _ in timings), max(end for _, _, end in timings) - min(t1 for _, t1, _ in timings)

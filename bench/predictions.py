@@ -1,0 +1,143 @@
+"""Predicted against measured makespan for multi-rank runs on loopback and the acacia profile
+(issue 24: measured / predicted within 0.8-1.25). The emulated cluster's cells (bench.cluster)
+cover the shared pipes; its one-node cells are a single pipe shared by every rank.
+
+Every cell is a real `mpiexec -n N python -m ingest run` with nothing fixed: the planner
+probes, chooses threads and requests for the whole job, and writes its prediction into the
+report (settings.prediction) before the read; the makespan is the report's (after a barrier).
+Cells are interleaved over rounds so the machine's load falls on all of them alike. The cells
+share one cache of measured links (as a centre's runs do), so a read too small to probe is
+planned with what an earlier cell measured; the report names the model it used.
+
+    python -m bench.predictions [--profiles loopback,acacia] [--ranks 2,4]
+                                [--workloads whole,seed001,thin] [--method s3]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+
+if __package__ in (None, ""):  # run as a file: make `bench` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import common, links, mpirun, reads
+from ingest.units import MiB
+
+NAME = "predictions"
+HOLDS = (0.8, 1.25)  # issue 24: measured / predicted
+SIZES = {"size_mib": (512, 64)}  # full, --quick
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.predictions", description=__doc__.splitlines()[0])
+    common.add_common_arguments(parser, size_mib=SIZES["size_mib"][0])
+    parser.add_argument("--profiles", default="loopback,acacia", help="link profiles (default loopback,acacia)")
+    parser.add_argument("--ranks", default="2,4", help="rank counts (default 2,4)")
+    parser.add_argument("--workloads", default="whole,seed001,thin",
+                        help="whole (the cube over the ranks), seed001 (seed 001's box over the ranks), "
+                             "thin (every channel of a narrow window over the ranks); default all")
+    parser.add_argument("--method", default="s3", choices=("s3", "presigned"), help="access method (default s3)")
+    return parser
+
+
+def workload_args(name: str, shape) -> list[str]:
+    """The run's options of a workload: the region (none for the whole cube), split over the ranks."""
+    if name == "whole":
+        return ["--grid", "auto"]
+    if name not in reads.GEOMETRIES:
+        raise SystemExit(f"--workloads: {name!r} is not whole or one of {', '.join(reads.GEOMETRIES)}")
+    return ["--region", reads.region_text(reads.GEOMETRIES[name](shape)), "--grid", "auto"]
+
+
+def cell_candidate(profile: str, workload: str, ranks: int, run_args: list[str], env: dict) -> common.Candidate:
+    info = {"profile": profile, "workload": workload, "ranks": ranks,
+            "command": mpirun.shown(mpirun.command(ranks, run_args))}
+
+    def run() -> dict:
+        report = mpirun.run_ingest(ranks, run_args, env)["report"]
+        agg, settings = report["aggregate"], report.get("settings") or {}
+        prediction = settings.get("prediction") or {}
+        if not prediction.get("makespan_s"):
+            raise RuntimeError(f"{profile} {workload} {ranks} ranks: the report has no prediction")
+        info.setdefault("settings", []).append({k: settings.get(k) for k in ("threads", "chunk_bytes", "reason")})
+        return {"makespan_s": agg["makespan_s"], "predicted_s": prediction["makespan_s"],
+                "measured_over_predicted": agg["makespan_s"] / prediction["makespan_s"],
+                "binding": prediction.get("binding"), "shared_source": prediction.get("shared_source"),
+                "bytes_wire": agg.get("bytes_wire"), "bytes_needed": agg.get("bytes_needed"),
+                "requests": agg.get("requests"), "threads": settings.get("threads"),
+                "terms_s": prediction.get("terms_s"), "shared_rounds": settings.get("shared_rounds") or []}
+
+    return common.Candidate(f"{profile}/{workload}/{ranks}", run, info)
+
+
+def run(env: common.BenchEnv, args) -> dict:
+    common.settle(args, **SIZES)
+    if not mpirun.mpiexec_available():
+        raise SystemExit("mpiexec is not on PATH: run scripts/setup.sh")
+    log = common.logger(args)
+    cube = env.cube(args.size_mib * MiB)
+    profiles = links.parse_profiles(args.profiles)
+    ranks_list = [int(x) for x in args.ranks.split(",") if x.strip()]
+    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    cache_dir = tempfile.mkdtemp(prefix="ingest-bench-predictions-")
+    child_env = {**env.env(), "INGEST_LINK_CACHE": os.path.join(cache_dir, "links.json")}
+    cands = []
+    for profile in profiles:
+        source = cube.s3_uri if args.method == "s3" else env.presign(cube, profile=profile)
+        base = ["--source", source, "--method", args.method, "--no-progress"]
+        if profile != "loopback":
+            base += ["--endpoint-url", env.link(profile).endpoint_url]
+        for workload in workloads:
+            for ranks in ranks_list:
+                cands.append(cell_candidate(profile, workload, ranks, base + workload_args(workload, cube.shape),
+                                            child_env))
+    if log:
+        log(f"{NAME}: {len(cands)} cells ({profiles} x {workloads} x ranks {ranks_list}) on {cube.shape}")
+    try:
+        cells = common.run_interleaved(cands, args.repeats, args.warmup, log=log)
+    finally:
+        shutil.rmtree(cache_dir, ignore_errors=True)
+    ratios = [s["measured_over_predicted"] for c in cells.values() for s in c["samples"]]
+    held = sum(HOLDS[0] <= r <= HOLDS[1] for r in ratios)
+    return {
+        "config": {"profiles": profiles, "ranks": ranks_list, "workloads": workloads, "method": args.method,
+                   "size_mib": args.size_mib, "repeats": args.repeats, "warmup": args.warmup,
+                   "cube": cube.describe(), "links": {p: env.link(p).describe() for p in profiles}},
+        "cells": cells,
+        "held": {"runs": len(ratios), "within": held, "range": list(HOLDS)},
+        "notes": ["measured / predicted per run: the report's makespan over its settings.prediction.makespan_s, "
+                  "made by the planner before the read."],
+    }
+
+
+def to_markdown(results: dict) -> str:
+    cfg, held = results["config"], results["held"]
+    out = [f"### Predicted against measured, {cfg['method']}, cube {tuple(cfg['cube']['shape'])} "
+           f"({cfg['cube']['data_bytes'] / MiB:.0f} MiB), {cfg['repeats']} interleaved rounds", "",
+           f"measured / predicted within {held['range'][0]}-{held['range'][1]} in {held['within']} of "
+           f"{held['runs']} runs.", ""]
+    rows = []
+    for name, cell in results["cells"].items():
+        info, samples = cell["info"], cell["samples"]
+        med = lambda key: statistics.median(s[key] for s in samples)  # noqa: E731
+        r = [s["measured_over_predicted"] for s in samples]
+        rows.append([info["profile"], info["workload"], info["ranks"], f"{med('makespan_s'):.3f}",
+                     f"{med('predicted_s'):.3f}", f"{statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f})",
+                     samples[0]["binding"], samples[0]["shared_source"] or "-", samples[0]["threads"],
+                     f"{med('bytes_wire') / MiB:.1f}", f"{med('bytes_needed') / MiB:.1f}"])
+    out.append(common.markdown_table(
+        ["profile", "workload", "ranks", "makespan s", "predicted s", "measured / predicted (min-max)",
+         "model binds", "shared from", "threads", "wire MiB", "needed MiB"], rows))
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    return common.bench_main(sys.modules[__name__], argv, **SIZES)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
