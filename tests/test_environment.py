@@ -408,6 +408,19 @@ def test_max_attempts_becomes_ingests_retries_unless_retries_is_set(home, monkey
     assert attempts_against_a_dead_store(source, engine, retries=None)[1].resolved_retries == (5, "default")
 
 
+def test_read_subcube_follows_max_attempts_as_run_does(home, monkeypatch):
+    """ingest.read_subcube without a retry= resolves its retries where run and ingest.open do:
+    AWS_MAX_ATTEMPTS=2 is one retry, two attempts, against a store that refuses connections."""
+    import ingest
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLEEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-a-real-secret")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "2")
+    with pytest.raises(TransportError, match=r"after 2 attempt\(s\)"):
+        ingest.read_subcube(f"s3://{BUCKET}/{CUBE_KEY}", (0, 0, 0))
+
+
 def test_max_attempts_on_the_command_line_and_in_info(home, tmp_path):
     """`info`: AWS_MAX_ATTEMPTS=3 alone gives 3 attempts, --retries 1 gives 2; unset, `info` says
     ingest's default applies; a local file never consults the AWS settings (a missing profile

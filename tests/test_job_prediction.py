@@ -56,6 +56,16 @@ def test_plan_predicts_a_job_of_n_ranks_on_m_nodes(cube, s3_server):
     assert "predicted makespan" in text.stdout and "16 rank(s) on 4 node(s), 4 per node, bound by" in text.stdout
     bad = cli(["plan", cube["s3"], "--nodes", "4"], child_env(s3_server))
     assert bad.returncode != 0 and "nodes: give --ranks too" in bad.stderr
+    # with each node's cores, the ranks' CPU seconds on them are a term: 16 ranks on 4 one-core
+    # nodes spend 4 ranks' CPU on each core
+    with_cores = cli(["plan", cube["s3"], "--ranks", "16", "--nodes", "4", "--cores-per-node", "1", "--json",
+                      "--latency-s", "0.001", "--bandwidth-bytes-per-s", "40MB", "--cpu-per-request-s", "0.0005"],
+                     child_env(s3_server))
+    assert with_cores.returncode == 0, with_cores.stderr
+    terms = json.loads(with_cores.stdout)["job"]["terms_s"]
+    assert terms[CORES] > terms[CPU] > 0 and job["terms_s"].get(CORES, 0.0) == 0.0
+    bad = cli(["plan", cube["s3"], "--cores-per-node", "0", "--ranks", "2"], child_env(s3_server))
+    assert bad.returncode != 0 and "cores-per-node: expected a whole number >= 1" in bad.stderr
 
 
 def test_a_read_too_small_to_probe_is_planned_with_what_an_earlier_run_measured(cube, s3_server, tmp_path):

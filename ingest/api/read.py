@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -182,14 +183,26 @@ def read_subcube(
     `ingest.open(source)` keeps both (and the tuned link) across reads.
     """
     refuse_unknown("ingest.read_subcube", transport_options, TRANSPORT_OPTIONS + _READ_SUBCUBE_NAMES)
+    retry = retry or _retry_for(source, method, transport_options)
     with open_transport(source, method, threads=threads, **transport_options) as transport:
-        layout = read_any_layout(transport, hdu=hdu, dataset=dataset, retry=retry or RetryPolicy())
+        layout = read_any_layout(transport, hdu=hdu, dataset=dataset, retry=retry)
         sel, plan = plan_read(
             layout, region, strategy=strategy, chunk_bytes=chunk_bytes, max_gap_bytes=max_gap_bytes, cost=cost
         )
         data, _ = read_selection(transport, layout, sel, plan, threads=threads, native_byteorder=native_byteorder,
-                                 retry=retry or RetryPolicy())
+                                 retry=retry)
         return data
+
+
+def _retry_for(source, method: str, transport_options: dict) -> RetryPolicy:
+    """The retries `run` and `ingest.open` would use for this source (RunConfig.resolved_retries:
+    AWS_MAX_ATTEMPTS or the profile's max_attempts for a store, else the default)."""
+    from ingest.config import load_config
+    from ingest.config.settings import retry_policy
+
+    given = {k: transport_options[k] for k in ("endpoint_url", "ca_bundle", "verify_tls")
+             if transport_options.get(k) is not None}
+    return retry_policy(load_config({"source": os.fspath(source), "method": method, **given}))
 
 
 _READ_SUBCUBE_NAMES = keyword_names(read_subcube)  # for the did-you-mean hint (`thread` -> threads)

@@ -105,6 +105,9 @@ def _plan(args) -> int:
         raise ConfigError("nodes: give --ranks too (the job's ranks are spread over --nodes as srun's block "
                           "distribution places them)")
     n_nodes = 1 if args.nodes is None else _whole("nodes", args.nodes)
+    if args.cores_per_node is not None and n_ranks is None:
+        raise ConfigError("cores-per-node: give --ranks too (the cores the job's ranks share on each node)")
+    cores = None if args.cores_per_node is None else _whole("cores-per-node", args.cores_per_node)
     model_given = any(getattr(args, name) is not None for name in _MODEL_OPTIONS)
     region = parse_region(cfg.region or "")
     with open_transport(cfg.source, cfg.method, threads=LATENCY_THREADS, **transport_options(cfg)) as transport:
@@ -118,7 +121,7 @@ def _plan(args) -> int:
         summary["tuning"] = tuning.as_dict()
     summary["box"] = [list(b) for b in sel.box]
     summary["threads"] = settings.threads
-    job = None if n_ranks is None else _job(cfg, settings, layout, Topology.block(n_ranks, n_nodes))
+    job = None if n_ranks is None else _job(cfg, settings, layout, Topology.block(n_ranks, n_nodes, cores))
     if job is not None:
         summary["job"] = job["summary"]
     if args.json:
@@ -201,7 +204,7 @@ def _print_job(job: dict, layout) -> None:
 
 
 def _whole(name: str, text: str) -> int:
-    """--ranks N, --nodes M: a whole number >= 1."""
+    """--ranks N, --nodes M, --cores-per-node C: a whole number >= 1."""
     try:
         value = int(text)
     except ValueError:
@@ -229,4 +232,7 @@ def add_parser(sub) -> None:
     p.add_argument("--nodes", default=None, metavar="M",
                    help="with --ranks: the nodes the ranks run on (srun's block distribution), so the prediction "
                         "counts what each node's ranks share (default 1)")
+    p.add_argument("--cores-per-node", default=None, metavar="C",
+                   help="with --ranks: each node's cores, so the prediction counts the ranks' CPU seconds on them "
+                        "(run learns them; default unknown: no cores term)")
     p.set_defaults(func=_plan)

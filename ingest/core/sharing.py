@@ -56,12 +56,16 @@ class Topology:
         return cls(nodes, tuple(of_rank), tuple(max(1, len(c)) for c in cpus))
 
     @classmethod
-    def block(cls, n_ranks: int, n_nodes: int) -> "Topology":
+    def block(cls, n_ranks: int, n_nodes: int, cores_per_node: int | None = None) -> "Topology":
         """n_ranks over n_nodes as srun's default (block) distribution places them: consecutive
-        ranks fill a node, the counts differing by at most one."""
+        ranks fill a node, the counts differing by at most one; each node a machine of
+        `cores_per_node` cores, if given (else the cores are unknown: no cores term)."""
         n_nodes = max(1, min(n_nodes, n_ranks))
         base, extra = divmod(n_ranks, n_nodes)
-        return cls(tuple(node for node in range(n_nodes) for _ in range(base + (node < extra))))
+        nodes = tuple(node for node in range(n_nodes) for _ in range(base + (node < extra)))
+        if cores_per_node is None:
+            return cls(nodes)
+        return cls(nodes, nodes, (max(1, cores_per_node),) * n_nodes)
 
     @property
     def n_ranks(self) -> int:
