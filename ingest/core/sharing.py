@@ -191,22 +191,20 @@ def predict_job(cost: CostModel, shared: SharedCapacity, topology: Topology, loa
     end read nothing). `cost` is one rank's model as it reads alone. For one rank and nothing
     shared this is CostModel.predict_s."""
     loads = list(loads)[:topology.n_ranks]
+    parts = [_rank_parts(cost, load) for load in loads]
     node_wire = [0] * topology.n_nodes
-    machine_cpu_s: dict[int, float] = {}
-    for rank, load in enumerate(loads):
+    machine_cpu_s = [0.0] * len(topology.cores_of_machine)
+    for rank, (load, (_, cpu_requests_s, bytes_terms)) in enumerate(zip(loads, parts)):
         node_wire[topology.node_of_rank[rank]] += load.wire_bytes
         if topology.cores_of_machine:
-            machine = topology.machine_of_rank[rank]
-            machine_cpu_s[machine] = machine_cpu_s.get(machine, 0.0) + (
-                load.n_requests * cost.cpu_per_request_s + load.wire_bytes * cost.cpu_per_byte_s)
+            machine_cpu_s[topology.machine_of_rank[rank]] += cpu_requests_s + bytes_terms[CPU]
     egress_s = sum(node_wire) / shared.egress_bytes_per_s if shared.egress_bytes_per_s else 0.0
     requests_s = sum(load.n_requests for load in loads) / shared.requests_per_s if shared.requests_per_s else 0.0
     terms: dict[str, float] = {}
     best = (0.0, LATENCY)
-    for rank, load in enumerate(loads):
+    for rank, (load, (latency_s, cpu_requests_s, bytes_terms)) in enumerate(zip(loads, parts)):
         if load.n_requests == 0:
             continue
-        latency_s, cpu_requests_s, bytes_terms = _rank_parts(cost, load)
         node = topology.node_of_rank[rank]
         bytes_terms[shared.node_term] = node_wire[node] / shared.node_bytes_per_s if shared.node_bytes_per_s else 0.0
         bytes_terms[EGRESS] = egress_s

@@ -69,12 +69,12 @@ def topology(comm) -> Topology:
     machine share its cores), with the CPUs each rank may run on."""
     from mpi4py import MPI
 
-    here = (MPI.Get_processor_name(), (_machine_id(), _cpus()))
+    here = (MPI.Get_processor_name(), (_machine_id(), cpus()))
     hosts, machines = zip(*comm.allgather(here))
     return Topology.of_hosts(hosts, machines)
 
 
-def _cpus() -> tuple[int, ...]:
+def cpus() -> tuple[int, ...]:
     """The CPUs this process may run on (a launcher's binding or a job's cgroup narrows them)."""
     if hasattr(os, "sched_getaffinity"):
         return tuple(sorted(os.sched_getaffinity(0)))

@@ -10,13 +10,12 @@ their sizes are rank 0's choice (ingest.driver.job), within the probe's budget.
 """
 from __future__ import annotations
 
-import os
 import socket
 from dataclasses import dataclass
 
 from ingest.core.cost import CostModel
 from ingest.core.sharing import SharedCapacity, SharedRound, Topology, alone_from_rounds, shared_from_rounds
-from ingest.driver.mpi import quiet_barrier, root_step
+from ingest.driver.mpi import cpus, quiet_barrier, root_step
 from ingest.engine.probe import MIN_PROBE_READ_BYTES, timed_parallel_read, timed_small_reads, warm_connections
 from ingest.transports import ObjectInfo, open_transport
 
@@ -86,7 +85,7 @@ def _bulk(transport, order: RoundOrder, k: int) -> dict:
     read = timed_parallel_read(transport, order.offsets[k], order.bytes_per_rank, order.streams)
     return {"host": socket.gethostname(), "wall_s": read.wall_s, "cpu_s": read.cpu_s, "small_s": 0.0,
             "steady_from_s": read.steady_from_s, "steady_s": read.steady_s, "steady_bytes": read.steady_bytes,
-            "cores": len(os.sched_getaffinity(0))}
+            "cores": len(cpus())}
 
 
 def _small(transport, order: RoundOrder, k: int) -> tuple[int, float]:
@@ -192,8 +191,8 @@ def measure_shared(crew: Crew, topology: Topology, settings, *, source: str, met
     """Rank 0: run the rounds that tell what the ranks share, within SHARED_BUDGET_FRACTION of the
     job's predicted time: (what they share, one rank's link as the rounds showed it, the rounds),
     or None when no round fits (or one failed: the job goes on with what rank 0's probe
-    suggested). `settings` are rank 0's
-    (its probe, its link alone, the plan's threads); `span` the (offset, bytes) rounds read in."""
+    suggested). `settings` are rank 0's (its probe, its link alone, the plan's threads); `span`
+    the (offset, bytes) rounds read in."""
     rounds = round_participants(topology)
     if not rounds:
         return None
