@@ -118,7 +118,7 @@ def _cell(cluster: Cluster, url: str, shape, workload: str, method: str, ranks: 
     proc = subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
                           stdin=subprocess.DEVNULL)
     shutil.rmtree(stage_here, ignore_errors=True)
-    row = {"workload": workload, "method": method, "nodes": nodes, "ranks": ranks,
+    row = {"workload": workload, "method": method, "nodes": nodes, "ranks": ranks, "queue": cluster.spec.queue,
            "ranks_per_node": math.ceil(ranks / nodes), "wall_s": time.time() - t_start}
     if proc.returncode != 0 or not os.path.exists(report):
         return {**row, "status": "failed", "stderr_tail": proc.stderr[-800:]}
@@ -174,6 +174,8 @@ def build_parser():
     parser.add_argument("--methods", default="direct,staging", help="direct (S3 API), staging (s5cmd + read)")
     parser.add_argument("--staging-workloads", default=None,
                         help="workloads that also run the staging baseline (default: all of --workloads)")
+    parser.add_argument("--queue", default=None, choices=("fair", "fifo"),
+                        help="how the servers' pipes are shared among the nodes (default: the config's, fair)")
     parser.add_argument("--repeats", type=int, default=1, help="interleaved rounds per cell (default 1)")
     parser.add_argument("--results-dir", default=None, help="where cluster.json goes (default bench/results)")
     parser.add_argument("--summarize", metavar="JSON", default=None, help="print the table of a cluster.json; run nothing")
@@ -183,12 +185,19 @@ def build_parser():
     return parser
 
 
+def _spec(args, nodes: int | None = None, ranks_per_node: int | None = None):
+    """The config's cluster, with the command line's node count, slots and queue."""
+    cluster = {k: v for k, v in (("nodes", nodes), ("ranks_per_node", ranks_per_node), ("queue", args.queue))
+               if v is not None}
+    return load_spec(args.config, {"cluster": cluster} if cluster else None)
+
+
 def _results(args, rows: list, object_bytes: int, complete: bool) -> dict:
-    spec = load_spec(args.config)
+    spec = _spec(args)
     return {"cube_shape": list(SHAPE), "object_bytes": object_bytes, "complete": complete, "spec": {
         "store_egress_bytes_per_s": spec.store.egress_rate_bytes_per_s, "store_latency_s": spec.store.latency_s,
         "nic_bytes_per_s": spec.node.nic_rate_bytes_per_s, "fs_bytes_per_s": spec.fs.rate_bytes_per_s,
-        "fs_latency_s": spec.fs.latency_s}, "cells": rows}
+        "fs_latency_s": spec.fs.latency_s, "queue": spec.queue}, "cells": rows}
 
 
 def _earlier(args) -> list:
@@ -219,7 +228,7 @@ def run(args) -> dict:
     try:
         with CpuSampler() as sampler:
             for nodes in nodes_list:
-                spec = load_spec(args.config, {"cluster": {"nodes": nodes, "ranks_per_node": max(ranks_list)}})
+                spec = _spec(args, nodes, max(ranks_list))
                 with Cluster(spec) as cluster:
                     url = cluster.put_file(cube, "cube.fits")
                     for repeat in range(1, args.repeats + 1):

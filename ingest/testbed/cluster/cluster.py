@@ -2,7 +2,8 @@
 in its own network namespace, joined by a bridge in a hub namespace.
 
     hub (bridge 10.23.0.1, runs mpiexec)
-     |-- store 10.23.0.2: versitygw <- Toxiproxy (latency) <- HTB cap, both directions (shared by all)
+     |-- store 10.23.0.2: versitygw <- Toxiproxy (latency) <- HTB cap, both directions (shared by all,
+     |                   an equal share per node lent to the others: ClusterSpec.queue)
      |-- fs    10.23.0.3: sshd      <- Toxiproxy (latency) <- HTB cap, both directions
      |-- node i 10.23.0.(10+i): HTB cap on store/fs traffic, both directions (its NIC);
                                 its own sshfs mount of the fs; its Open MPI daemon and ranks
@@ -50,6 +51,11 @@ node=$1; shift
 exec ip netns exec "$node" unshare --uts sh -c \\
   'hostname "$0" && mount --bind "{run_dir}/mnt/$0" "{shared_dir}" && exec sh -c "$1"' "$node" "$*"
 """
+
+
+def node_ip(i: int) -> str:
+    """Node i's address on the hub's bridge."""
+    return f"10.23.0.{10 + i}"
 
 
 def missing_tools(launcher: str = "mpiexec") -> list[str]:
@@ -143,14 +149,18 @@ class Cluster:
         netns.sh("ip", "-n", self.hub, "link", "set", "br0", "up")
         netns.add_link(self.hub, "store", "br0", self.store_ns, f"{STORE_IP}/24")
         netns.add_link(self.hub, "fs", "br0", self.fs_ns, f"{FS_IP}/24")
-        netns.shape(self.store_ns, "eth0", spec.store.egress_rate_bytes_per_s)  # store -> everyone
+        # The servers' pipes, shared among the nodes as spec.queue says (each node's own share, or one FIFO).
+        node_ips = [node_ip(i) for i in range(len(self.nodes))]
+        to_nodes, from_nodes = (("dst", node_ips), ("src", node_ips)) if spec.queue == "fair" else (None, None)
+        egress = spec.store.egress_rate_bytes_per_s
+        netns.shape(self.store_ns, "eth0", egress, fair_among=to_nodes)  # store -> everyone
         # everyone -> store (uploads: publish) at the same rate: a real store's ingress is finite too
-        netns.shape(self.hub, "store", spec.store.egress_rate_bytes_per_s)
-        netns.shape(self.fs_ns, "eth0", spec.fs.rate_bytes_per_s)  # reads from the fs
-        netns.shape(self.hub, "fs", spec.fs.rate_bytes_per_s)  # writes to the fs (staging)
+        netns.shape(self.hub, "store", egress, fair_among=from_nodes)
+        netns.shape(self.fs_ns, "eth0", spec.fs.rate_bytes_per_s, fair_among=to_nodes)  # reads from the fs
+        netns.shape(self.hub, "fs", spec.fs.rate_bytes_per_s, fair_among=from_nodes)  # writes to the fs (staging)
         nic = spec.node.nic_rate_bytes_per_s
         for i, node in enumerate(self.nodes):
-            netns.add_link(self.hub, f"n{i}", "br0", node, f"10.23.0.{10 + i}/24")
+            netns.add_link(self.hub, f"n{i}", "br0", node, f"{node_ips[i]}/24")
             netns.shape(self.hub, f"n{i}", nic, [("src", STORE_IP), ("src", FS_IP)])  # into the node
             netns.shape(node, "eth0", nic, [("dst", STORE_IP), ("dst", FS_IP)])  # out of the node
         self._parts.store = Store(self.store_ns, STORE_IP, os.path.join(self.run_dir, "store"), spec.store.latency_s)
@@ -168,7 +178,7 @@ class Cluster:
             fh.write(_AGENT.format(run_dir=self.run_dir, shared_dir=self.shared_dir))
         os.chmod(self.agent, 0o755)
         if self.launcher == "slurm":
-            ips = {node: f"10.23.0.{10 + i}" for i, node in enumerate(self.nodes)}
+            ips = {node: node_ip(i) for i, node in enumerate(self.nodes)}
             binds = {node: [(os.path.join(self.run_dir, "mnt", node), self.shared_dir)] for node in self.nodes}
             self._parts.slurm = Slurm(self.prefix, self.run_dir, self.hub, HUB_IP, ips, spec.ranks_per_node, binds)
             self._parts.slurm.start()

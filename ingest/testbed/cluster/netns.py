@@ -122,14 +122,32 @@ def add_link(hub_ns: str, hub_if: str, bridge: str, peer_ns: str, address_cidr: 
     sh("ip", "-n", peer_ns, "link", "set", "eth0", "up")
 
 
-def shape(ns: str, dev: str, capped_rate_bytes_per_s: int, match: list[tuple[str, str]] | None = None) -> None:
+def shape(ns: str, dev: str, capped_rate_bytes_per_s: int, match: list[tuple[str, str]] | None = None,
+          fair_among: tuple[str, list[str]] | None = None) -> None:
     """Egress of `dev` in `ns` through HTB: class 1:10 capped at the rate, class 1:20 uncapped.
-    match: [("src"|"dst", ip), ...] selects what goes through the cap; None: everything does."""
-    default = "10" if match is None else "20"
+    match: [("src"|"dst", ip), ...] selects what goes through the cap; None: everything does.
+    fair_among: ("src"|"dst", [ip, ...]): the cap is shared equally among these peers, each a
+    leaf of 1:10 guaranteed its share and lent what the others leave (HTB's borrowing is
+    round-robin among leaves); anything else in the cap goes through a leaf of its own. None:
+    one drop-tail queue, first come first served."""
+    leaves = fair_among[1] if fair_among else []
+    if leaves and match is not None:  # matched traffic goes to 1:10, which the leaves make an inner class
+        raise ValueError("shape: fair_among shares the whole cap; it does not combine with match")
+    default = ("ff" if leaves else "10") if match is None else "20"
     sh("tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", default)
     for classid, rate_bit_per_s in (("1:10", capped_rate_bytes_per_s * 8), ("1:20", UNCAPPED_RATE_BIT_PER_S)):
         sh("tc", "-n", ns, "class", "add", "dev", dev, "parent", "1:", "classid", classid, "htb",
            "rate", f"{rate_bit_per_s}bit", "quantum", str(HTB_QUANTUM_BYTES))
+    if leaves:
+        share_bit_per_s = max(8, capped_rate_bytes_per_s * 8 // (len(leaves) + 1))
+        # Leaf minors 0x100.. for the peers, 0xff for the rest (the default when nothing else matches).
+        for minor, ip in [("ff", None), *((f"{0x100 + k:x}", ip) for k, ip in enumerate(leaves))]:
+            sh("tc", "-n", ns, "class", "add", "dev", dev, "parent", "1:10", "classid", f"1:{minor}", "htb",
+               "rate", f"{share_bit_per_s}bit", "ceil", f"{capped_rate_bytes_per_s * 8}bit",
+               "quantum", str(HTB_QUANTUM_BYTES))
+            if ip is not None:
+                sh("tc", "-n", ns, "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1",
+                   "u32", "match", "ip", fair_among[0], f"{ip}/32", "flowid", f"1:{minor}")
     for direction, ip in match or []:
         sh("tc", "-n", ns, "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1",
            "u32", "match", "ip", direction, f"{ip}/32", "flowid", "1:10")

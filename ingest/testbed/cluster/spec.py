@@ -17,6 +17,7 @@ from ingest.units import parse_bytes
 MAX_NODES = 200  # node i gets 10.23.0.(10 + i) on the cluster's /24
 MAX_RATE_BYTES_PER_S = 4 * 10**9  # HTB's 32-bit rate field; far above anything 2 cores can move
 MAX_LATENCY_S = 10.0
+QUEUES = ("fair", "fifo")  # how a server's pipe is shared among the nodes it serves (netns.shape)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,11 @@ class ClusterSpec:
     node: NodeSpec
     fs: FsSpec
     cube: CubeSpec | None = None
+    # How the servers' pipes (the store's egress and ingress, the filesystem's) share their rate
+    # among the nodes: "fair", an equal share each that borrows what the others leave (as
+    # fq_codel, Linux's default queue, shares a NIC among flows); "fifo", one drop-tail queue,
+    # where whichever flows win it go first and a node left last runs alone at its own NIC.
+    queue: str = "fair"
 
 
 def _check_keys(table: dict, cls, where: str) -> None:
@@ -124,8 +130,11 @@ def spec_from_dict(doc: dict) -> ClusterSpec:
         raise ConfigError(f"[{sorted(unknown)[0]}]: unknown table; known: cluster, store, node, fs, cube")
     top = _table(doc, "cluster")
     for key in top:
-        if key not in ("nodes", "ranks_per_node"):
-            raise ConfigError(f"cluster.{key}: unknown field; known: nodes, ranks_per_node")
+        if key not in ("nodes", "ranks_per_node", "queue"):
+            raise ConfigError(f"cluster.{key}: unknown field; known: nodes, ranks_per_node, queue")
+    queue = top.get("queue", "fair")
+    if queue not in QUEUES:
+        raise ConfigError(f"cluster.queue: expected one of {', '.join(QUEUES)}, got {queue!r}")
     store, node, fs = _table(doc, "store"), _table(doc, "node"), _table(doc, "fs")
     _check_keys(store, StoreSpec, "store")
     _check_keys(node, NodeSpec, "node")
@@ -152,6 +161,7 @@ def spec_from_dict(doc: dict) -> ClusterSpec:
         fs=FsSpec(_rate(fs["rate_bytes_per_s"], "fs.rate_bytes_per_s"),
                   _latency(fs.get("latency_s", 0.0), "fs.latency_s")),
         cube=cube_spec,
+        queue=queue,
     )
 
 
