@@ -31,6 +31,7 @@ if __package__ in (None, ""):  # run as a file: make `bench` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import common
+from ingest.driver.mpi import cpus
 from ingest.testbed.cluster import Cluster, load_spec, unavailable_reason
 from ingest.testbed.cluster.limits import spec_limit
 from ingest.testbed.synth import write_cube
@@ -41,7 +42,7 @@ SHAPE = (64, 512, 512)  # numpy order, float32: 64 MiB, 0.5 MiB per plane
 CPU_BOUND_RATIO = 2.0  # over 2x the pipes' limit ...
 CPU_BUSY = 0.9  # ... with the machine's cores >= 90% busy: the client's CPU, not a pipe, set the pace
 RUN_TIMEOUT_S = 300.0
-MACHINE_CORES = len(os.sched_getaffinity(0))  # the emulated nodes' ranks all run on this machine's
+MACHINE_CORES = len(cpus())  # the emulated nodes' ranks all run on this machine's
 
 
 def _thin_region(shape) -> str:
