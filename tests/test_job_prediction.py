@@ -9,6 +9,7 @@ import pytest
 
 from ingest.core.sharing import (CONNECTION, CORES, CPU, EGRESS, LATENCY, NODE_CPU, NODE_PIPE, RANK_LINK, REQUESTS,
                                  STARTUP)
+from ingest.driver.probe_rounds import SMALL_WAVES
 from tests.mpitools import child_env, cli, mpiexec, upload_fits_cube
 
 TERMS = {LATENCY, CPU, CONNECTION, RANK_LINK, NODE_PIPE, NODE_CPU, EGRESS, REQUESTS, CORES, STARTUP}
@@ -33,9 +34,8 @@ def test_four_ranks_measure_what_they_share_and_the_report_says_what_binds(cube,
     # one round: the four ranks on rank 0's node reading at once (one node: no "nodes" round)
     (node_round,) = settings["shared_rounds"]
     assert node_round["name"] == "node" and node_round["ranks"] == 4 and node_round["total_bytes"] > 0
-    # two waves of small requests each; each stream's first warms it up and is not counted
-    reads = 2 * max(4, node_round["streams"])
-    assert node_round["small_requests"] == 4 * (reads - min(node_round["streams"], reads))
+    # waves of small requests on each stream; each stream's first warms it up and is not counted
+    assert node_round["small_requests"] == 4 * node_round["streams"] * (SMALL_WAVES - 1)
     assert node_round["small_wall_s"] > 0 and 0 < node_round["steady_bytes"] < node_round["total_bytes"]
     assert prediction["shared_source"].startswith("measured: node round (4 ranks")
     assert "bound by" in proc.stdout and "measured / predicted" in proc.stdout

@@ -177,3 +177,25 @@ def test_a_broken_cache_file_is_ignored(tmp_path, monkeypatch):
     assert linkcache.recall("http://store:9000") is None
     linkcache.remember("http://store:9000", shared=SharedCapacity(node_bytes_per_s=1.0))
     assert linkcache.recall("http://store:9000").shared.node_bytes_per_s == 1.0
+
+
+def test_capped_connections_go_in_waves_and_a_shared_link_lends():
+    # 18 requests of 1 MB on 4 streams capped at 10 MB/s each: the busiest stream carries 5
+    capped = CostModel(latency_s=0.0, bandwidth_bytes_per_s=1e9, stream_bandwidth_bytes_per_s=10 * MB)
+    assert capped.link_s(18, 18 * MB, 4) == pytest.approx(5 * 0.1)
+    assert capped.link_s(20, 20 * MB, 4) == pytest.approx(5 * 0.1)  # full waves: the fluid time
+    assert capped.link_s(2, 2 * MB, 4) == pytest.approx(0.1)  # fewer requests than streams: two in use
+    # one link the streams share (no cap per connection): an idle stream's share goes to the others
+    shared = CostModel(latency_s=0.0, bandwidth_bytes_per_s=40 * MB)
+    assert shared.link_s(18, 18 * MB, 4) == pytest.approx(18 * MB / (40 * MB))
+    load = RankLoad(18, 18 * MB, 4)
+    job = predict_job(capped, SharedCapacity(), Topology.block(1, 1), [load])
+    assert job.binding == "per-connection cap" and job.makespan_s == pytest.approx(capped.predict_s(18, 18 * MB, 4))
+
+
+@given(st.integers(1, 200), st.integers(1, 10**9), st.integers(1, 16), st.floats(1e6, 1e9), st.floats(1e5, 1e9))
+def test_waves_cost_at_most_one_request_more_than_the_streams_fluid_time(n, wire, threads, link_bps, stream_bps):
+    cost = CostModel(bandwidth_bytes_per_s=link_bps, stream_bandwidth_bytes_per_s=stream_bps)
+    fluid_s = wire / cost.bandwidth(threads)
+    one_request_s = wire / n / cost.stream_bytes_per_s
+    assert fluid_s * (1 - 1e-9) <= cost.link_s(n, wire, threads) <= (fluid_s + one_request_s) * (1 + 1e-9)

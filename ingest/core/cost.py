@@ -69,4 +69,15 @@ class CostModel:
         threads share and the client's copy (which threads do not speed up)."""
         waiting_s = max(0.0, self.latency_s - self.cpu_per_request_s)
         return (n_requests * (waiting_s / self.overlap(threads) + self.cpu_per_request_s)
-                + wire_bytes * max(1 / self.bandwidth(threads), self.cpu_per_byte_s))
+                + max(self.link_s(n_requests, wire_bytes, threads), wire_bytes * self.cpu_per_byte_s))
+
+    def link_s(self, n_requests: int, wire_bytes: int, threads: int) -> float:
+        """The time of `wire_bytes` in `n_requests` through the link on `threads` streams. Where
+        each connection is capped, requests go in waves: the busiest stream carries
+        ceil(n / threads) of them, and a stream idle in the last wave cannot lend its cap to the
+        others (a shared link lends: then the bytes go at the link's rate)."""
+        link_s = wire_bytes / self.bandwidth(threads)
+        if n_requests <= 0 or self.stream_bandwidth_bytes_per_s is None:
+            return link_s
+        waves = -(-n_requests // max(1, threads))
+        return max(link_s, waves * (wire_bytes / n_requests) / self.stream_bytes_per_s)

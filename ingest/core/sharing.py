@@ -181,9 +181,10 @@ def _rank_parts(cost: CostModel, load: RankLoad) -> tuple[float, float, dict]:
     bytes through its own streams and through its CPU, of which the slower counts."""
     waiting_s = max(0.0, cost.latency_s - cost.cpu_per_request_s)
     n, wire = load.n_requests, load.wire_bytes
-    alone_link = cost.stream_bytes_per_s * max(1, load.threads) >= cost.bandwidth_bytes_per_s
+    link_s = cost.link_s(n, wire, load.threads)
+    streams_bind = link_s * cost.bandwidth_bytes_per_s > wire * (1 + 1e-9)  # slower than the rank's link
     return (n * waiting_s / cost.overlap(load.threads), n * cost.cpu_per_request_s,
-            {CPU: wire * cost.cpu_per_byte_s, RANK_LINK if alone_link else CONNECTION: wire / cost.bandwidth(load.threads)})
+            {CPU: wire * cost.cpu_per_byte_s, CONNECTION if streams_bind else RANK_LINK: link_s})
 
 
 def predict_job(cost: CostModel, shared: SharedCapacity, topology: Topology, loads) -> JobPrediction:

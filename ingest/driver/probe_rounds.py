@@ -171,6 +171,10 @@ SHARED_BUDGET_FRACTION = 0.06
 ROUND_BYTES_MIN = MIN_PROBE_READ_BYTES  # below this a round measures start-up, not a pipe
 ROUND_BYTES_MAX = 8 << 20
 ROUND_STREAMS_MAX = 8
+# Small requests per stream in the request-rate waves; the first warms its connection up. One
+# timed request per stream measures a latency (and the streams' skew), not a rate: a rate needs
+# several back to back.
+SMALL_WAVES = 6
 
 
 def round_participants(topology: Topology) -> list[tuple[str, tuple[int, ...]]]:
@@ -206,9 +210,9 @@ def measure_shared(crew: Crew, topology: Topology, settings, *, source: str, met
         if nbytes < ROUND_BYTES_MIN:
             continue
         offsets = tuple(span[0] + k * nbytes for k in range(len(participants)))
-        # The last round (every rank) also issues a wave of small requests each: the request rate
+        # The last round (every rank) also issues waves of small requests each: the request rate
         # all of them get from the store, which plans of many small requests lean on.
-        small = 2 * max(4, streams) if name == rounds[-1][0] else 0  # two waves: the first warms up
+        small = SMALL_WAVES * streams if name == rounds[-1][0] else 0
         measured = crew.run_round(RoundOrder(name, participants, source, method, options, info, offsets, nbytes,
                                              streams, small))
         if measured is None:
