@@ -162,10 +162,6 @@ def _cell(cluster: Cluster, url: str, shape, workload: str, method: str, ranks: 
     return row
 
 
-def _ints(text: str) -> list[int]:
-    return [int(v) for v in text.split(",") if v]
-
-
 def build_parser():
     parser = argparse.ArgumentParser(prog="python -m bench.cluster", description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=CONFIG, help="cluster TOML (default configs/cluster.toml)")
@@ -215,7 +211,7 @@ def run(args) -> dict:
     if reason:
         raise SystemExit(reason)
     log = common.logger(args)
-    nodes_list, ranks_list = _ints(args.nodes), _ints(args.ranks)
+    nodes_list, ranks_list = common.counts("--nodes", args.nodes), common.counts("--ranks", args.ranks)
     workloads, methods = args.workloads.split(","), args.methods.split(",")
     staging_workloads = args.staging_workloads.split(",") if args.staging_workloads else workloads
     work_dir = tempfile.mkdtemp(prefix="ingest-bench-cluster-")

@@ -426,6 +426,18 @@ FULL = {"size_mib": 1024, "repeats": 3, "warmup": 1}
 QUICK = {"size_mib": 64, "repeats": 1, "warmup": 0}
 
 
+def counts(option: str, text: str, empty_ok: bool = False) -> list[int]:
+    """'2,4' -> [2, 4]: whole numbers >= 1 (none at all only if `empty_ok`), or an error naming
+    the option."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = [0]
+    if (not values and not empty_ok) or min(values, default=1) < 1:
+        raise SystemExit(f"{option}: expected whole numbers >= 1 separated by commas, got {text!r}")
+    return values
+
+
 def add_common_arguments(parser: argparse.ArgumentParser, size_mib: int = FULL["size_mib"]) -> None:
     """Options every benchmark takes: cube size, repetitions, --quick, where cubes and results go."""
     parser.add_argument("--quick", action="store_true",

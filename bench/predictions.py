@@ -44,17 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _counts(option: str, text: str) -> list[int]:
-    """'2,4' -> [2, 4]: whole numbers >= 1, or an error naming the option."""
-    try:
-        counts = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        counts = []
-    if not counts or min(counts) < 1:
-        raise SystemExit(f"{option}: expected whole numbers >= 1 separated by commas, got {text!r}")
-    return counts
-
-
 def workload_args(name: str, shape) -> list[str]:
     """The run's options of a workload: the region (none for the whole cube), split over the ranks."""
     if name == "whole":
@@ -92,7 +81,7 @@ def run(env: common.BenchEnv, args) -> dict:
     log = common.logger(args)
     cube = env.cube(args.size_mib * MiB)
     profiles = links.parse_profiles(args.profiles)
-    ranks_list = _counts("--ranks", args.ranks)
+    ranks_list = common.counts("--ranks", args.ranks)
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     cache_dir = tempfile.mkdtemp(prefix="ingest-bench-predictions-")
     child_env = {**env.env(), "INGEST_LINK_CACHE": os.path.join(cache_dir, "links.json")}

@@ -221,7 +221,7 @@ def run(args) -> dict:
                              "repeats": args.repeats, "warmup": args.warmup, "slack_bytes": SLACK_BYTES,
                              "ompio": AGGREGATORS, "spec": spec}
         with CpuSampler() as sampler:
-            for nodes in [int(v) for v in args.nodes.split(",") if v]:
+            for nodes in common.counts("--nodes", args.nodes):
                 section["settings"][f"{nodes}n"] = _setting(args, nodes, cube, cut_dir, plan, work, sampler,
                                                             common.logger(args))
     finally:

@@ -39,10 +39,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
-
-
 def threads_candidate(threads: int, url: str, region, want, strategy: str) -> common.Candidate:
     def run() -> dict:
         cpu0, t0 = common.cpu_self_s(), time.perf_counter()
@@ -96,7 +92,7 @@ def run(env: common.BenchEnv, args) -> dict:
     want = reads.expected(cube, region)
     url = env.presign(cube, profile=args.profile)
     layout = reads.layout_of(url, "presigned")
-    thread_list = _ints(args.threads_list)
+    thread_list = common.counts("--threads-list", args.threads_list, empty_ok=True)
     plans = {t: reads.plan_summary(layout, region, strategy=args.strategy, chunk_bytes=CHUNK_BYTES, threads=t)
              for t in thread_list}
     cands = [threads_candidate(t, url, region, want, args.strategy) for t in thread_list]
@@ -109,7 +105,7 @@ def run(env: common.BenchEnv, args) -> dict:
     if names:
         ratios[f"{names[0]}/tuned"] = common.paired_ratio(threads, names[0], "tuned", "elapsed_s")
     ranks = {}
-    rank_list = _ints(args.ranks_list)
+    rank_list = common.counts("--ranks-list", args.ranks_list, empty_ok=True)
     if rank_list and mpirun.mpiexec_available():
         run_args = ["--source", cube.s3_uri, "--method", "presigned", "--region", reads.region_text(region),
                     "--strategy", args.strategy, "--threads", str(RANK_THREADS), "--chunk-bytes", str(CHUNK_BYTES),
