@@ -252,8 +252,8 @@ class SharedRound:
     cpu_busy: float  # the ranks' CPU seconds / (wall_s x the cores of their nodes)
     small_requests: int = 0  # then small requests, every rank's at once
     small_wall_s: float = 0.0  # the slowest rank's time for its small requests
-    steady_bytes: int = 0  # the bytes that crossed once the ranks were under way (probe_rounds._steady)
-    steady_s: float = 0.0  # their time, the first rank's steady first byte to the last rank's last
+    steady_bytes: int = 0  # the bytes that crossed in the round's core (core.rounds.core_window)
+    steady_s: float = 0.0  # its time: from half the streams under way to half of them done
 
     @property
     def requests_per_s(self) -> float | None:
@@ -304,8 +304,9 @@ def alone_from_rounds(alone: CostModel, rounds) -> CostModel:
 
 def shared_from_rounds(alone: CostModel, rounds, fallback: SharedCapacity) -> SharedCapacity:
     """The shared pipes the rounds showed. Ranks that got less than SCALING of what each gets
-    alone were sharing a pipe, whose capacity is what they got together; where they added up,
-    nothing binds at that count. A pipe no round loaded keeps `fallback`'s figure.
+    alone were sharing a pipe, whose capacity is what they got together. Where the ranks of one
+    node added up, its pipe is what they got (the most it was seen to carry); where the nodes
+    added up, no egress binds at that count. A pipe no round loaded keeps `fallback`'s figure.
 
     A shared pipe carries at least what one rank got through it alone: a short round that got
     less measured its own start-up (threads, first requests, ranks scheduled late on busy
@@ -317,7 +318,11 @@ def shared_from_rounds(alone: CostModel, rounds, fallback: SharedCapacity) -> Sh
         r = by_name["node"]
         alone_bps = alone.bandwidth(r.streams)
         shared = r.bytes_per_s < SCALING_FRACTION * r.ranks * alone_bps
-        node, cpu_bound = (max(r.bytes_per_s, alone_bps), r.cpu_busy >= CPU_BOUND_BUSY) if shared else (None, False)
+        # Ranks that added up still showed only what the node carried at the round's streams: a
+        # plan of more streams is priced at that, not at ranks x streams x a connection's cap that
+        # no round saw (on one machine, the cores under the proxy and the server stop it first).
+        node, cpu_bound = (max(r.bytes_per_s, alone_bps), r.cpu_busy >= CPU_BOUND_BUSY) if shared else (
+            r.bytes_per_s, False)
     if "nodes" in by_name:
         r = by_name["nodes"]
         alone_bps = alone.bandwidth(r.streams)

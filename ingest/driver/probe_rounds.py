@@ -14,6 +14,7 @@ import socket
 from dataclasses import dataclass
 
 from ingest.core.cost import CostModel
+from ingest.core.rounds import core_window
 from ingest.core.sharing import SharedCapacity, SharedRound, Topology, alone_from_rounds, shared_from_rounds
 from ingest.driver.mpi import cpus, quiet_barrier, root_step
 from ingest.engine.probe import MIN_PROBE_READ_BYTES, timed_parallel_read, timed_small_reads, warm_connections
@@ -84,8 +85,7 @@ def _timed(fn) -> dict:
 def _bulk(transport, order: RoundOrder, k: int) -> dict:
     read = timed_parallel_read(transport, order.offsets[k], order.bytes_per_rank, order.streams)
     return {"host": socket.gethostname(), "wall_s": read.wall_s, "cpu_s": read.cpu_s, "small_s": 0.0,
-            "steady_from_s": read.steady_from_s, "steady_s": read.steady_s, "steady_bytes": read.steady_bytes,
-            "cores": len(cpus())}
+            "spans": read.spans, "cores": len(cpus())}
 
 
 def _small(transport, order: RoundOrder, k: int) -> tuple[int, float]:
@@ -115,7 +115,10 @@ class Crew:
         busy = sum(r["cpu_s"] for r in results) / max(wall_s * sum(hosts.values()), 1e-9)
         return SharedRound(order.name, len(results), len(hosts), order.streams,
                            order.bytes_per_rank * len(results), wall_s, busy, sum(r.get("small_n", 0) for r in results),
-                           max(r["small_s"] for r in results), *_steady(results, order.bytes_per_rank))
+                           max(r["small_s"] for r in results),
+                           # Every rank's spans are timed from its own exit from the round's barrier,
+                           # which all leave together.
+                           *core_window(span for r in results for span in r["spans"]))
 
 
 def _order(comm, order=None):
@@ -123,22 +126,6 @@ def _order(comm, order=None):
     tunes meanwhile, on cores they would otherwise spin on."""
     quiet_barrier(comm)
     return comm.bcast(order, root=0)
-
-
-def _steady(results, bytes_per_rank: int) -> tuple[int, float]:
-    """(bytes, seconds) of the span from the first rank's steady first byte to the last rank's
-    last, each rank timed from its own exit from the round's barrier (which all leave together).
-    The ranks' steady parts need not line up: a rank still warming up when another's steady part
-    began was moving bytes through the same pipes, so the part of its warm-up inside the span is
-    counted too (its warm-up bytes taken as flowing evenly from the start)."""
-    start = min(r["steady_from_s"] for r in results)
-    end = max(r["steady_from_s"] + r["steady_s"] for r in results)
-    moved = 0.0
-    for r in results:
-        warmup = bytes_per_rank - r["steady_bytes"]
-        inside = (r["steady_from_s"] - start) / r["steady_from_s"] if r["steady_from_s"] > 0 else 0.0
-        moved += r["steady_bytes"] + warmup * inside
-    return int(moved), end - start
 
 
 def serve(comm) -> None:
@@ -169,7 +156,7 @@ def root_step_with_crew(comm, fn, *args, **kwargs):
 # decides the plan for all of them and the predicted makespan, so it may cost a little more.
 SHARED_BUDGET_FRACTION = 0.06
 ROUND_BYTES_MIN = MIN_PROBE_READ_BYTES  # below this a round measures start-up, not a pipe
-ROUND_BYTES_MAX = 8 << 20
+ROUND_BYTES_MAX = 16 << 20
 ROUND_STREAMS_MAX = 8
 # Small requests per stream in the request-rate waves; the first warms its connection up. One
 # timed request per stream measures a latency (and the streams' skew), not a rate: a rate needs

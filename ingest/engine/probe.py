@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from ingest.core.linkprobe import (ASSUMED_CPU_PER_BYTE_S, LATENCY_THREADS, LATENCY_WAVE, ROUNDS, SCALING_FRACTION,
                                    LinkProbe)
+from ingest.core.rounds import StreamSpan
 from ingest.transports.base import Transport
 
 MiB = 1 << 20
@@ -299,12 +300,10 @@ def warm_connections(transport: Transport, offset: int, streams: int, nbytes: in
 
 @dataclass(frozen=True)
 class RoundRead:
-    """One rank's part of a round (ingest.driver.probe_rounds), timed two ways."""
+    """One rank's part of a round (ingest.driver.probe_rounds)."""
 
     wall_s: float  # from the start to the last stream's last byte: start-up included
-    steady_from_s: float  # the first byte of the streams' second requests, from the start
-    steady_s: float  # from then to the last byte: the pipe, warmed up
-    steady_bytes: int
+    spans: tuple[StreamSpan, ...]  # each stream's two parts, from the start (core.rounds prices them)
     cpu_s: float  # this process's CPU seconds over the whole read
 
 
@@ -317,29 +316,27 @@ WARMUP_FRACTION = 0.25
 def timed_parallel_read(transport: Transport, offset: int, nbytes: int, streams: int) -> RoundRead:
     """Read [offset, offset + nbytes) as `streams` streams at once, each stream as two requests
     on its connection, a short one and the rest: one rank's part in a round where many ranks
-    read together. The steady time is from the first byte of the streams' second requests to
-    the last byte of all; each request's wait for its first byte is latency, which the probe
-    measures apart."""
+    read together. Each stream's span is timed from the start: its second request's first byte
+    (each request's wait for its first byte is latency, which the probe measures apart) and its
+    last byte."""
     streams = max(1, min(streams, nbytes // (MIN_PROBE_READ_BYTES // 4) or 1))  # parts of >= 64 KiB
     part = -(-nbytes // streams)
 
-    def stream(k: int) -> tuple[int, float, float]:
+    def stream(k: int) -> StreamSpan:
         start, length = offset + k * part, min(part, nbytes - k * part)
         head = max(1, min(length - 1, int(length * WARMUP_FRACTION))) if length > 1 else length
         _timed_read(transport, start, head)
         if head == length:
-            return 0, time.perf_counter(), time.perf_counter()
+            done_s = time.perf_counter() - t0
+            return StreamSpan(head, done_s, done_s, 0)
         t1 = time.perf_counter()
         ttfb_s, _ = _timed_read(transport, start + head, length - head)
-        return length - head, t1 + ttfb_s, time.perf_counter()
+        return StreamSpan(head, t1 + ttfb_s - t0, time.perf_counter() - t0, length - head)
 
     cpu0, t0 = time.process_time(), time.perf_counter()
-    timings = _concurrently(stream, streams)
+    spans = _concurrently(stream, streams)
     wall_s = time.perf_counter() - t0
-    steady_bytes = sum(b for b, _, _ in timings)
-    first = min(first for _, first, _ in timings)
-    steady_s = max(end for _, _, end in timings) - first
-    return RoundRead(max(1e-6, wall_s), first - t0, max(1e-6, steady_s), steady_bytes, time.process_time() - cpu0)
+    return RoundRead(max(1e-6, wall_s), tuple(spans), time.process_time() - cpu0)
 
 
 def timed_small_reads(transport: Transport, offsets, nbytes: int, in_flight: int) -> tuple[int, float]:
