@@ -1,13 +1,13 @@
-"""A round's core window (core/rounds.py): checked against the streams' running totals
-interpolated by numpy, and on the rounds that made it (skewed starts, a straggler, streams in
-turn)."""
+"""A round's span and core (core/rounds.py): checked against the streams' running totals
+interpolated by numpy, and on the rounds that decided their design (capped flows with a late
+rank and a straggler, a fair pipe whose flows finish apart, a tiny round)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ingest.core.rounds import CORE_FRACTION_MIN, StreamSpan, core_window
+from ingest.core.rounds import CORE_FRACTION_MIN, StreamSpan, steady_window
 
 MiB = 1 << 20
 
@@ -29,18 +29,19 @@ spans_st = st.lists(
 
 
 @settings(max_examples=60, deadline=None)
-@given(spans_st)
-def test_core_window_counts_the_bytes_a_time_grid_sees(spans):
-    nbytes, seconds = core_window(spans)
+@given(spans_st, st.booleans())
+def test_the_window_counts_the_bytes_the_running_totals_give(spans, capped):
+    nbytes, seconds = steady_window(spans, flows_capped=capped)
+    lo_s, hi_s = min(s.first_s for s in spans), max(s.end_s for s in spans)
     firsts, ends = np.sort([s.first_s for s in spans]), np.sort([s.end_s for s in spans])
-    lo_s, hi_s = float(firsts[len(spans) // 2]), float(ends[(len(spans) - 1) // 2])
-    union_lo_s, union_hi_s = min(s.first_s for s in spans), max(s.end_s for s in spans)
-    if hi_s - lo_s < CORE_FRACTION_MIN * (union_hi_s - union_lo_s):
-        lo_s, hi_s = union_lo_s, union_hi_s
+    core_lo_s, core_hi_s = float(firsts[len(spans) // 2]), float(ends[(len(spans) - 1) // 2])
+    if capped and core_hi_s - core_lo_s >= CORE_FRACTION_MIN * (hi_s - lo_s):
+        lo_s, hi_s = core_lo_s, core_hi_s
+    elif not capped:  # the span holds every body, and no more than every stream's bytes
+        assert sum(s.body_bytes for s in spans) - 1 <= nbytes <= sum(s.warmup_bytes + s.body_bytes for s in spans)
     assert seconds == pytest.approx(hi_s - lo_s)
     assert nbytes == pytest.approx(_interpolated_bytes(spans, lo_s, hi_s), rel=1e-9, abs=1)
-    # No window moves more than every stream's bytes, nor faster than all of them at their peaks.
-    assert nbytes <= sum(s.warmup_bytes + s.body_bytes for s in spans)
+    # no window moves bytes faster than all the streams at their parts' rates at once
     peak = sum(max(s.warmup_bytes / s.first_s, s.body_bytes / (s.end_s - s.first_s)) for s in spans)
     assert nbytes / seconds <= peak * (1 + 1e-9)
 
@@ -48,46 +49,51 @@ def test_core_window_counts_the_bytes_a_time_grid_sees(spans):
 @settings(max_examples=40, deadline=None)
 @given(spans_st, st.floats(0.1, 10.0))
 def test_the_rate_scales_with_time(spans, k):
-    nbytes, seconds = core_window(spans)
+    nbytes, seconds = steady_window(spans, flows_capped=True)
     scaled = [StreamSpan(s.warmup_bytes, s.first_s * k, s.end_s * k, s.body_bytes) for s in spans]
-    nbytes_k, seconds_k = core_window(scaled)
+    nbytes_k, seconds_k = steady_window(scaled, flows_capped=True)
     assert seconds_k == pytest.approx(seconds * k) and abs(nbytes_k - nbytes) <= 1
 
 
 def test_streams_in_step_give_their_sum():
     spans = [StreamSpan(MiB, 0.01, 0.05, 4 * MiB)] * 8  # 100 MiB/s each, all at once
-    nbytes, seconds = core_window(spans)
+    nbytes, seconds = steady_window(spans)
     assert nbytes / seconds == pytest.approx(8 * 4 * MiB / 0.04)
 
 
-def test_skewed_starts_and_a_straggler_do_not_price_the_pipe():
-    """Eight streams share a 400 MB/s pipe for 40 ms; two ranks' streams start 10 ms late and one
-    ends 20 ms late. The union (first body byte to last byte) gives 267 MB/s; the core 371."""
+def test_a_fair_pipe_whose_flows_finish_apart_is_priced_by_the_span():
+    """Two flows share 10 MB/s fairly from 0.02 s: A's 1 MB body ends at 0.22 s (5 MB/s each), then
+    B alone gets the pipe and its 3 MB end at 0.42 s. The span gives 10 MB/s; the core (ending
+    when half the flows were done, at 0.22 s) counts B at its 7.5 MB/s average: 12.5."""
+    a = StreamSpan(100_000, 0.02, 0.22, 1_000_000)
+    b = StreamSpan(100_000, 0.02, 0.42, 3_000_000)
+    nbytes, seconds = steady_window([a, b])
+    assert nbytes / seconds == pytest.approx(10e6)
+    nbytes, seconds = steady_window([a, b], flows_capped=True)
+    assert nbytes / seconds == pytest.approx(12.5e6)
+
+
+def test_capped_flows_with_a_late_rank_and_a_straggler_are_priced_by_the_core():
+    """Eight flows capped at 50 MB/s each for 40 ms; two start 10 ms late and one ends 20 ms late
+    (a rank scheduled late, a straggler). The span gives 275 MB/s; the core 371, near the 400
+    they move together."""
     rate = 50e6
     spans = [StreamSpan(int(rate * 0.01), 0.01, 0.05, int(rate * 0.04))] * 5
     spans += [StreamSpan(int(rate * 0.01), 0.02, 0.06, int(rate * 0.04))] * 2
     spans += [StreamSpan(int(rate * 0.01), 0.01, 0.07, int(rate * 0.04))]
-    nbytes, seconds = core_window(spans)
-    union_bps = sum(s.body_bytes for s in spans) / (0.07 - 0.01)
-    assert union_bps == pytest.approx(267e6, rel=0.01)
+    nbytes, seconds = steady_window(spans)
+    assert nbytes / seconds == pytest.approx(275e6, rel=0.01)
+    nbytes, seconds = steady_window(spans, flows_capped=True)
     assert nbytes / seconds == pytest.approx(371e6, rel=0.01)
-
-
-def test_streams_in_turn_fall_back_to_the_union():
-    """Streams that ran one after another (a FIFO pipe) have no common core: the union is their rate."""
-    spans = [StreamSpan(1, 0.001 + k * 0.01, 0.001 + (k + 1) * 0.01 - 1e-4, MiB) for k in range(4)]
-    nbytes, seconds = core_window(spans)
-    assert seconds > 0 and 0.5 * MiB / 0.01 < nbytes / seconds < 1.2 * MiB / 0.01
 
 
 def test_a_core_of_a_few_milliseconds_in_a_tiny_round_is_not_its_rate():
     """Half the streams end just after the other half begin (a 5 MB round on a busy machine): the
-    1 ms core would price the pipe by one scheduler slice; the union is used."""
+    1 ms core would price the link by one scheduler slice; the span is used."""
     spans = [StreamSpan(MiB // 4, 0.002, 0.010, MiB)] * 4 + [StreamSpan(MiB // 4, 0.009, 0.018, MiB)] * 4
-    nbytes, seconds = core_window(spans)
-    assert seconds == pytest.approx(0.016)
-    assert nbytes == pytest.approx(8 * MiB + 4 * (MiB // 4) * (0.009 - 0.002) / 0.009, rel=1e-6)
+    assert steady_window(spans, flows_capped=True) == steady_window(spans)
+    assert steady_window(spans)[1] == pytest.approx(0.016)
 
 
 def test_no_body_no_window():
-    assert core_window([StreamSpan(100, 0.01, 0.01, 0)]) == (0, 0.0)
+    assert steady_window([StreamSpan(100, 0.01, 0.01, 0)]) == (0, 0.0)

@@ -252,8 +252,8 @@ class SharedRound:
     cpu_busy: float  # the ranks' CPU seconds / (wall_s x the cores of their nodes)
     small_requests: int = 0  # then small requests, every rank's at once
     small_wall_s: float = 0.0  # the slowest rank's time for its small requests
-    steady_bytes: int = 0  # the bytes that crossed in the round's core (core.rounds.core_window)
-    steady_s: float = 0.0  # its time: from half the streams under way to half of them done
+    steady_bytes: int = 0  # the bytes that crossed once the ranks were under way (core.rounds.steady_window)
+    steady_s: float = 0.0  # their time, the first stream's first body byte to the last stream's last
 
     @property
     def requests_per_s(self) -> float | None:

@@ -14,8 +14,9 @@ import socket
 from dataclasses import dataclass
 
 from ingest.core.cost import CostModel
-from ingest.core.rounds import core_window
+from ingest.core.rounds import steady_window
 from ingest.core.sharing import SharedCapacity, SharedRound, Topology, alone_from_rounds, shared_from_rounds
+from ingest.core.tuning import streams_add_up
 from ingest.driver.mpi import cpus, quiet_barrier, root_step
 from ingest.engine.probe import MIN_PROBE_READ_BYTES, timed_parallel_read, timed_small_reads, warm_connections
 from ingest.transports import ObjectInfo, open_transport
@@ -38,6 +39,7 @@ class RoundOrder:
     streams: int
     small_reads: int = 0  # then this many small reads each, `streams` at a time (the request rate)
     small_bytes: int = 4096
+    flows_capped: bool = False  # rank 0's streams added up: timed over the round's core (core.rounds)
 
 
 def _take_part(comm, order: RoundOrder) -> dict | None:
@@ -118,7 +120,7 @@ class Crew:
                            max(r["small_s"] for r in results),
                            # Every rank's spans are timed from its own exit from the round's barrier,
                            # which all leave together.
-                           *core_window(span for r in results for span in r["spans"]))
+                           *steady_window((span for r in results for span in r["spans"]), order.flows_capped))
 
 
 def _order(comm, order=None):
@@ -188,6 +190,10 @@ def measure_shared(crew: Crew, topology: Topology, settings, *, source: str, met
     if not rounds:
         return None
     streams = max(1, min(settings.threads, ROUND_STREAMS_MAX))
+    # Where rank 0's streams added up, each connection is capped and a flow keeps its rate when
+    # others finish: the round is timed over its core. Where they shared the link, over its span.
+    probe = settings.probe
+    flows_capped = probe is not None and "streams" in probe.measured and streams_add_up(probe)
     round_s = SHARED_BUDGET_FRACTION * predicted_s / len(rounds)
     done = []
     for name, participants in rounds:
@@ -201,7 +207,7 @@ def measure_shared(crew: Crew, topology: Topology, settings, *, source: str, met
         # all of them get from the store, which plans of many small requests lean on.
         small = SMALL_WAVES * streams if name == rounds[-1][0] else 0
         measured = crew.run_round(RoundOrder(name, participants, source, method, options, info, offsets, nbytes,
-                                             streams, small))
+                                             streams, small, flows_capped=flows_capped))
         if measured is None:
             return None
         done.append(measured)
