@@ -10,6 +10,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+import uuid
 import warnings
 
 import numpy as np
@@ -33,6 +34,17 @@ def upload_fits_cube(s3_server, directory, bucket, shape, bitpix=16) -> dict:
         warnings.simplefilter("ignore")
         data = np.array(f[0].data)
     return {"path": str(path), "s3": f"s3://{bucket}/survey/cube.fits", "data": data}
+
+
+def upload_float_cube(s3_server, directory, prefix, shape) -> dict:
+    """Write a float32 FITS cube into `directory`, upload it as in/cube.fits to a bucket of its own
+    (`prefix` and a random suffix), return its bucket, path, URL, bytes and `directory`."""
+    path = directory / "cube.fits"
+    write_cube(path, shape, -32)
+    bucket = s3_server.make_bucket(f"{prefix}-{uuid.uuid4().hex[:8]}")
+    s3_server.client().upload_file(str(path), bucket, "in/cube.fits")
+    return {"bucket": bucket, "path": path, "s3": f"s3://{bucket}/in/cube.fits", "bytes": path.read_bytes(),
+            "work": directory}
 
 
 # The transports honour a user's proxy (ingest.transports.environment): a developer's proxy

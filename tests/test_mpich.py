@@ -9,14 +9,12 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 
 import numpy as np
 import pytest
 
-from ingest.testbed.synth import write_cube
 from tests.mpitools import (ROOT, child_env, family_env, launcher, mpich_problem, mpiexec, reassemble,
-                            upload_fits_cube)
+                            upload_fits_cube, upload_float_cube)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -106,12 +104,7 @@ def test_stage_then_a_run_against_its_baseline(cube, s3_server, tmp_path):
 @pytest.fixture(scope="module")
 def float_cube(s3_server, tmp_path_factory):
     """A float32 cube in its own bucket: its bytes, its URI, a working directory."""
-    work = tmp_path_factory.mktemp("mpich-publish")
-    path = work / "cube.fits"
-    write_cube(path, PUBLISH_SHAPE, -32)
-    bucket = s3_server.make_bucket(f"mpich-{uuid.uuid4().hex[:8]}")
-    s3_server.client().upload_file(str(path), bucket, "in/cube.fits")
-    return {"bucket": bucket, "s3": f"s3://{bucket}/in/cube.fits", "bytes": path.read_bytes(), "work": work}
+    return upload_float_cube(s3_server, tmp_path_factory.mktemp("mpich-publish"), "mpich", PUBLISH_SHAPE)
 
 
 def prestage(s3_server, cube, staged, family):

@@ -16,8 +16,7 @@ import numpy as np
 import pytest
 from astropy.io import fits
 
-from ingest.testbed.synth import write_cube
-from tests.mpitools import ROOT, child_env, cli, mpiexec
+from tests.mpitools import ROOT, child_env, cli, mpiexec, upload_float_cube
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -43,17 +42,12 @@ def _body(client, bucket, key) -> bytes:
 @pytest.fixture(scope="module")
 def store(s3_server, tmp_path_factory):
     """A bucket, a synthetic cube uploaded to it, and that cube pre-staged (frame, 2x2 grid, halo) by 4 ranks."""
-    work = tmp_path_factory.mktemp("publish")
-    path = work / "cube.fits"
-    write_cube(path, SHAPE, -32)
-    bucket = s3_server.make_bucket(f"publish-{uuid.uuid4().hex[:8]}")
-    s3_server.client().upload_file(str(path), bucket, "in/cube.fits")
-    staged = work / "staged"
-    proc, _ = mpiexec(4, ["prestage", "--source", f"s3://{bucket}/in/cube.fits", "--output-dir", staged,
+    cube = upload_float_cube(s3_server, tmp_path_factory.mktemp("publish"), "publish", SHAPE)
+    staged = cube["work"] / "staged"
+    proc, _ = mpiexec(4, ["prestage", "--source", cube["s3"], "--output-dir", staged,
                           "--grid", "2x2x1", "--halo", HALO, "--no-probe", "--no-progress"], child_env(s3_server))
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return {"bucket": bucket, "path": path, "bytes": path.read_bytes(), "staged": str(staged), "work": work,
-            "client": s3_server.client()}
+    return {**cube, "staged": str(staged), "client": s3_server.client()}
 
 
 def publish_job(s3_server, n, args, harness=None, timeout_s=120):
