@@ -29,6 +29,34 @@ from ingest.units import MiB
 
 NAME = "predictions"
 HOLDS = (0.8, 1.25)  # issue 24: measured / predicted
+
+
+def fixed_best(makespans_s, holds=HOLDS) -> int:
+    """The most of one cell's runs a single fixed prediction could hold within `holds`: what the
+    runs' own spread leaves to any prediction that does not follow the machine from one run to
+    the next. Run i holds for a prediction p in [m_i / hi, m_i / lo]; the best p sits where the
+    most of those intervals overlap, which is at one of their left ends. A planner can do better
+    only where its rounds, taken just before each read, catch that read's load."""
+    lo, hi = holds
+    intervals = [(m / hi, m / lo) for m in makespans_s if m > 0]
+    return max((sum(a <= p <= b for a, b in intervals) for p, _ in intervals), default=0)
+
+
+def spread(makespans_s) -> float:
+    """A cell's slowest run over its fastest: above HOLDS[1] / HOLDS[0] (1.5625), no one
+    prediction holds every run of it."""
+    return max(makespans_s) / min(makespans_s)
+
+
+def noise_reference(cells: dict) -> dict:
+    """Over every cell: the runs one fixed prediction per cell could hold at most, and the cells
+    whose runs spread wider than the band (from the samples, so older results show them too)."""
+    makespans = [[s["makespan_s"] for s in c["samples"]] for c in cells.values()]
+    return {"fixed_best": sum(fixed_best(m) for m in makespans),
+            "cells_wider_than_band": sum(spread(m) > HOLDS[1] / HOLDS[0] for m in makespans),
+            "cells": len(makespans)}
+
+
 SIZES = {"size_mib": (512, 64)}  # full, --quick
 
 
@@ -108,9 +136,11 @@ def run(env: common.BenchEnv, args) -> dict:
                    "size_mib": args.size_mib, "repeats": args.repeats, "warmup": args.warmup,
                    "cube": cube.describe(), "links": {p: env.link(p).describe() for p in profiles}},
         "cells": cells,
-        "held": {"runs": len(ratios), "within": held, "range": list(HOLDS)},
+        "held": {"runs": len(ratios), "within": held, "range": list(HOLDS), **noise_reference(cells)},
         "notes": ["measured / predicted per run: the report's makespan over its settings.prediction.makespan_s, "
-                  "made by the planner before the read."],
+                  "made by the planner before the read.",
+                  "fixed_best: the runs one fixed prediction per cell could hold at most (bench.predictions."
+                  "fixed_best), a reference for what the runs' own spread allows."],
     }
 
 
@@ -120,17 +150,24 @@ def to_markdown(results: dict) -> str:
            f"({cfg['cube']['data_bytes'] / MiB:.0f} MiB), {cfg['repeats']} interleaved rounds", "",
            f"measured / predicted within {held['range'][0]}-{held['range'][1]} in {held['within']} of "
            f"{held['runs']} runs.", ""]
+    noise = noise_reference(results["cells"])
+    out += [f"One fixed prediction per cell could hold at most {noise['fixed_best']} of {held['runs']} runs (the "
+            f"runs' own spread); {noise['cells_wider_than_band']} of {noise['cells']} cells spread over more than "
+            f"{HOLDS[1] / HOLDS[0]:.4g}x from their fastest run to their slowest.", ""]
     rows = []
     for name, cell in results["cells"].items():
         info, samples = cell["info"], cell["samples"]
         med = lambda key: statistics.median(s[key] for s in samples)  # noqa: E731
         r = [s["measured_over_predicted"] for s in samples]
+        m = [s["makespan_s"] for s in samples]
         rows.append([info["profile"], info["workload"], info["ranks"], f"{med('makespan_s'):.3f}",
-                     f"{med('predicted_s'):.3f}", f"{statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f})",
+                     f"{spread(m):.2f}", f"{fixed_best(m)} of {len(m)}", f"{med('predicted_s'):.3f}",
+                     f"{statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f})",
                      samples[0]["binding"], samples[0]["shared_source"] or "-", samples[0]["threads"],
                      f"{med('bytes_wire') / MiB:.1f}", f"{med('bytes_needed') / MiB:.1f}"])
     out.append(common.markdown_table(
-        ["profile", "workload", "ranks", "makespan s", "predicted s", "measured / predicted (min-max)",
+        ["profile", "workload", "ranks", "makespan s", "spread (slowest / fastest)", "a fixed prediction holds",
+         "predicted s", "measured / predicted (min-max)",
          "model binds", "shared from", "threads", "wire MiB", "needed MiB"], rows))
     return "\n".join(out)
 

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = ["--size-mib", "4", "--repeats", "1", "--warmup", "0", "--quiet"]
@@ -211,6 +213,9 @@ def test_predictions_script(tmp_path):
         assert sample["measured_over_predicted"] == pytest.approx(sample["makespan_s"] / sample["predicted_s"])
         assert sample["binding"] in {LATENCY, CPU, CONNECTION, RANK_LINK, NODE_PIPE, NODE_CPU, EGRESS, REQUESTS, CORES}
     assert results["held"]["runs"] == 2
+    # One run per cell: one fixed prediction holds it, and no cell spreads.
+    assert (results["held"]["fixed_best"], results["held"]["cells_wider_than_band"]) == (2, 0)
+    assert "| a fixed prediction holds |" in out and "One fixed prediction per cell could hold at most 2 of 2" in out
 
 
 def test_quick_is_the_default_of_every_bench():
@@ -267,3 +272,20 @@ def test_staging_script(tmp_path):
         assert all(s["bytes"] == results["object_bytes"] for s in cell["samples"])
     assert set(results["targets"]) == {f"s5cmd/ingest_{results['stage_engine']}"}
     assert all(math.isfinite(r["median"]) and r["median"] > 0 for r in results["ratios"].values())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(min_value=1e-3, max_value=10.0), min_size=1, max_size=8))
+def test_fixed_best_is_the_most_runs_one_prediction_holds(makespans):
+    """bench.predictions' reference: the most runs of a cell one fixed prediction holds within
+    0.8-1.25 (run m holds for p in [m / 1.25, m / 0.8]), against every prediction that could
+    matter (each run's band edges, both of them), and all of them exactly when the cell's runs
+    spread no wider than the band."""
+    from bench.predictions import HOLDS, fixed_best, spread
+
+    lo, hi = HOLDS
+    candidates = [m / hi for m in makespans] + [m / lo for m in makespans]
+    brute = max(sum(m / hi <= p <= m / lo for m in makespans) for p in candidates)
+    assert fixed_best(makespans) == brute
+    assume(abs(spread(makespans) - hi / lo) > 1e-9)  # not on the edge, where rounding decides
+    assert (fixed_best(makespans) == len(makespans)) == (spread(makespans) < hi / lo)
