@@ -92,12 +92,16 @@ def cell_candidate(profile: str, workload: str, ranks: int, run_args: list[str],
         if not prediction.get("makespan_s"):
             raise RuntimeError(f"{profile} {workload} {ranks} ranks: the report has no prediction")
         info.setdefault("settings", []).append({k: settings.get(k) for k in ("threads", "chunk_bytes", "reason")})
+        # Each rank's CPU over its read, beside the CPU and cores terms that priced it: on this VM
+        # ranks reading equal bytes took 0.09-0.45 s (BENCHMARKS, How this was produced).
+        cpu_s = [r["cpu_s"] for r in report.get("ranks", []) if r.get("cpu_s") is not None]
         return {"makespan_s": agg["makespan_s"], "predicted_s": prediction["makespan_s"],
                 "measured_over_predicted": agg["makespan_s"] / prediction["makespan_s"],
                 "binding": prediction.get("binding"), "shared_source": prediction.get("shared_source"),
                 "bytes_wire": agg.get("bytes_wire"), "bytes_needed": agg.get("bytes_needed"),
                 "requests": agg.get("requests"), "threads": settings.get("threads"),
-                "terms_s": prediction.get("terms_s"), "shared_rounds": settings.get("shared_rounds") or []}
+                "terms_s": prediction.get("terms_s"), "shared_rounds": settings.get("shared_rounds") or [],
+                "ranks_cpu_s": cpu_s}
 
     return common.Candidate(f"{profile}/{workload}/{ranks}", run, info)
 

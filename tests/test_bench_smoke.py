@@ -212,6 +212,7 @@ def test_predictions_script(tmp_path):
         assert sample["predicted_s"] > 0 and sample["makespan_s"] > 0
         assert sample["measured_over_predicted"] == pytest.approx(sample["makespan_s"] / sample["predicted_s"])
         assert sample["binding"] in {LATENCY, CPU, CONNECTION, RANK_LINK, NODE_PIPE, NODE_CPU, EGRESS, REQUESTS, CORES}
+        assert len(sample["ranks_cpu_s"]) == 2 and all(cpu > 0 for cpu in sample["ranks_cpu_s"])
     assert results["held"]["runs"] == 2
     # One run per cell: one fixed prediction holds it, and no cell spreads.
     assert (results["held"]["fixed_best"], results["held"]["cells_wider_than_band"]) == (2, 0)
