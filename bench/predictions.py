@@ -95,8 +95,11 @@ def cell_candidate(profile: str, workload: str, ranks: int, run_args: list[str],
         # Each rank's CPU over its read, beside the CPU and cores terms that priced it: on this VM
         # ranks reading equal bytes took 0.09-0.45 s (BENCHMARKS, How this was produced).
         cpu_s = [r["cpu_s"] for r in report.get("ranks", []) if r.get("cpu_s") is not None]
+        model_s = prediction.get("model_makespan_s") or prediction["makespan_s"]
         return {"makespan_s": agg["makespan_s"], "predicted_s": prediction["makespan_s"],
                 "measured_over_predicted": agg["makespan_s"] / prediction["makespan_s"],
+                "model_s": model_s, "measured_over_model": agg["makespan_s"] / model_s,
+                "history": prediction.get("history"),
                 "binding": prediction.get("binding"), "shared_source": prediction.get("shared_source"),
                 "bytes_wire": agg.get("bytes_wire"), "bytes_needed": agg.get("bytes_needed"),
                 "requests": agg.get("requests"), "threads": settings.get("threads"),
@@ -135,14 +138,20 @@ def run(env: common.BenchEnv, args) -> dict:
         shutil.rmtree(cache_dir, ignore_errors=True)
     ratios = [s["measured_over_predicted"] for c in cells.values() for s in c["samples"]]
     held = sum(HOLDS[0] <= r <= HOLDS[1] for r in ratios)
+    model_held = sum(HOLDS[0] <= s["measured_over_model"] <= HOLDS[1] for c in cells.values() for s in c["samples"])
     return {
         "config": {"profiles": profiles, "ranks": ranks_list, "workloads": workloads, "method": args.method,
                    "size_mib": args.size_mib, "repeats": args.repeats, "warmup": args.warmup,
                    "cube": cube.describe(), "links": {p: env.link(p).describe() for p in profiles}},
         "cells": cells,
-        "held": {"runs": len(ratios), "within": held, "range": list(HOLDS), **noise_reference(cells)},
+        "held": {"runs": len(ratios), "within": held, "within_model_alone": model_held, "range": list(HOLDS),
+                 **noise_reference(cells)},
         "notes": ["measured / predicted per run: the report's makespan over its settings.prediction.makespan_s, "
-                  "made by the planner before the read.",
+                  "made by the planner before the read: the median of the endpoint's earlier jobs of this shape "
+                  "(the warm-up's and earlier rounds', ingest/core/history.py) where the model agreed with them "
+                  "within 2x, else the model's.",
+                  "measured / model: the same makespan over the model alone (settings.prediction.model_makespan_s: "
+                  "the probe's rounds, before any earlier job's).",
                   "fixed_best: the runs one fixed prediction per cell could hold at most (bench.predictions."
                   "fixed_best), a reference for what the runs' own spread allows."],
     }
@@ -153,7 +162,8 @@ def to_markdown(results: dict) -> str:
     out = [f"### Predicted against measured, {cfg['method']}, cube {tuple(cfg['cube']['shape'])} "
            f"({cfg['cube']['data_bytes'] / MiB:.0f} MiB), {cfg['repeats']} interleaved rounds", "",
            f"measured / predicted within {held['range'][0]}-{held['range'][1]} in {held['within']} of "
-           f"{held['runs']} runs.", ""]
+           f"{held['runs']} runs" + (f"; the model alone (the probe's rounds, no earlier job) in "
+                                     f"{held['within_model_alone']}." if "within_model_alone" in held else "."), ""]
     noise = noise_reference(results["cells"])
     out += [f"One fixed prediction per cell could hold at most {noise['fixed_best']} of {held['runs']} runs (the "
             f"runs' own spread); {noise['cells_wider_than_band']} of {noise['cells']} cells spread over more than "
@@ -163,15 +173,17 @@ def to_markdown(results: dict) -> str:
         info, samples = cell["info"], cell["samples"]
         med = lambda key: statistics.median(s[key] for s in samples)  # noqa: E731
         r = [s["measured_over_predicted"] for s in samples]
+        alone = [s.get("measured_over_model", s["measured_over_predicted"]) for s in samples]
         m = [s["makespan_s"] for s in samples]
         rows.append([info["profile"], info["workload"], info["ranks"], f"{med('makespan_s'):.3f}",
                      f"{spread(m):.2f}", f"{fixed_best(m)} of {len(m)}", f"{med('predicted_s'):.3f}",
                      f"{statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f})",
+                     f"{statistics.median(alone):.2f} ({min(alone):.2f}-{max(alone):.2f})",
                      samples[0]["binding"], samples[0]["shared_source"] or "-", samples[0]["threads"],
                      f"{med('bytes_wire') / MiB:.1f}", f"{med('bytes_needed') / MiB:.1f}"])
     out.append(common.markdown_table(
         ["profile", "workload", "ranks", "makespan s", "spread (slowest / fastest)", "a fixed prediction holds",
-         "predicted s", "measured / predicted (min-max)",
+         "predicted s", "measured / predicted (min-max)", "measured / model alone (min-max)",
          "model binds", "shared from", "threads", "wire MiB", "needed MiB"], rows))
     return "\n".join(out)
 

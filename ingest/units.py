@@ -59,3 +59,10 @@ def format_bytes(n: int | float) -> str:
             text = f"{value:.0f}" if value == int(value) else f"{value:.1f}"
             return f"{sign}{text} {name}"
     return f"{sign}{n:g} B"
+
+
+def format_age(age_s: float) -> str:
+    """How old a measurement is, in the unit a reader takes in at once: 45 s, 12 min, 3.5 h."""
+    if age_s < 120:
+        return f"{age_s:.0f} s"
+    return f"{age_s / 60:.0f} min" if age_s < 7200 else f"{age_s / 3600:.1f} h"

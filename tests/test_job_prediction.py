@@ -78,3 +78,29 @@ def test_a_read_too_small_to_probe_is_planned_with_what_an_earlier_run_measured(
     assert whole.returncode == 0, whole.stderr
     later = json.loads(cli(thin, env).stdout)["tuning"]["reason"]
     assert later.startswith(f"cached measurement of {s3_server.endpoint_url}") and " s ago" in later
+
+
+def test_a_second_job_of_the_same_shape_is_predicted_from_what_the_first_took(cube, s3_server, tmp_path):
+    env = child_env(s3_server, INGEST_LINK_CACHE=str(tmp_path / "links.json"))
+    # threads and request size given: the tuner cannot plan the two jobs differently
+    args = ["run", "--source", cube["s3"], "--no-progress", "--threads", "4", "--chunk-bytes", "8MiB"]
+    reports = []
+    for k in range(2):
+        proc, _ = mpiexec(2, args + ["--report", tmp_path / f"report{k}.json"], env)
+        assert proc.returncode == 0, proc.stderr
+        reports.append(json.loads((tmp_path / f"report{k}.json").read_text())["settings"])
+    assert "1 earlier job(s) of this shape" in proc.stdout  # the second job's summary says so
+    first, second = reports
+    assert first["prediction"]["history"] is None
+    assert first["prediction"]["makespan_s"] == first["prediction"]["model_makespan_s"]
+    # each job's makespan is kept under the endpoint with its shape
+    (entry,) = json.loads((tmp_path / "links.json").read_text()).values()
+    assert [j["makespan_s"] for j in entry["jobs"]] == [first["measured_makespan_s"], second["measured_makespan_s"]]
+    assert entry["jobs"][0]["ranks_per_node"] == [2] and entry["jobs"][0]["threads"] == 4
+    history = second["prediction"]["history"]
+    assert history.startswith(f"1 earlier job(s) of this shape on {s3_server.endpoint_url} (")
+    if "stands" in history:  # the model differed by over 2x: the link changed, its figure stands
+        assert second["prediction"]["makespan_s"] == second["prediction"]["model_makespan_s"]
+    else:
+        assert second["prediction"]["makespan_s"] == pytest.approx(first["measured_makespan_s"])
+    assert second["predicted_makespan_s"] == second["prediction"]["makespan_s"]

@@ -121,7 +121,8 @@ def _plan(args) -> int:
         summary["tuning"] = tuning.as_dict()
     summary["box"] = [list(b) for b in sel.box]
     summary["threads"] = settings.threads
-    job = None if n_ranks is None else _job(cfg, settings, layout, Topology.block(n_ranks, n_nodes, cores))
+    job = None if n_ranks is None else _job(cfg, settings, layout, Topology.block(n_ranks, n_nodes, cores),
+                                            transport.endpoint)
     if job is not None:
         summary["job"] = job["summary"]
     if args.json:
@@ -171,7 +172,7 @@ def _describe_cube(layout) -> str:
     return f"{what}, data at byte {layout.data_offset}"
 
 
-def _job(cfg, settings, layout, topology: Topology) -> dict:
+def _job(cfg, settings, layout, topology: Topology, endpoint: str | None) -> dict:
     """The job `run` would make of --region on topology's ranks: its settings (chosen again for
     each rank's share of what the ranks share), regions, who reads which, and its prediction."""
     n_ranks = topology.n_ranks
@@ -180,7 +181,7 @@ def _job(cfg, settings, layout, topology: Topology) -> dict:
                                     settings.shared, topology)
     grid_fits, reason, regions = decompose_job(cfg, settings, layout, n_ranks)
     assignment = assign(regions, layout.itemsize, n_ranks)
-    prediction = predict(cfg, settings, layout, regions, assignment, topology)
+    prediction, _ = predict(cfg, settings, layout, regions, assignment, topology, endpoint, cfg.resolved_method)
     summary = {**prediction.as_dict(), "strategy": settings.strategy, "threads": settings.threads,
                "chunk_bytes": settings.chunk_bytes, "grid_fits": list(grid_fits), "regions": len(regions),
                "tuning": settings.tuning.reason if settings.tuning is not None else None}

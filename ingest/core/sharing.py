@@ -162,17 +162,27 @@ class JobPrediction:
     terms_s: dict
     topology: Topology
     source: str  # where the shared capacities came from
+    model_s: float | None = None  # the model's own makespan, where earlier jobs' (core/history.py) replaced it
+    history: str = ""  # what the endpoint's earlier jobs of this shape said, if any
+
+    @property
+    def model_makespan_s(self) -> float:
+        return self.makespan_s if self.model_s is None else self.model_s
 
     def as_dict(self) -> dict:
-        return {"makespan_s": self.makespan_s, "binding": self.binding,
+        return {"makespan_s": self.makespan_s, "model_makespan_s": self.model_makespan_s, "binding": self.binding,
                 "terms_s": {k: round(v, 6) for k, v in self.terms_s.items()},
                 "ranks": self.topology.n_ranks, "nodes": self.topology.n_nodes,
-                "ranks_per_node": list(self.topology.ranks_per_node), "shared_source": self.source}
+                "ranks_per_node": list(self.topology.ranks_per_node), "shared_source": self.source,
+                "history": self.history or None}
 
     def describe(self) -> str:
         others = ", ".join(f"{k} {v:.3g} s" for k, v in self.terms_s.items() if k != self.binding and v > 0)
-        return (f"predicted makespan {self.makespan_s:.3g} s for {self.topology.describe()}, bound by "
-                f"{self.binding} ({self.terms_s[self.binding]:.3g} s){f'; {others}' if others else ''}")
+        model = (f"predicted makespan {self.model_makespan_s:.3g} s for {self.topology.describe()}, bound by "
+                 f"{self.binding} ({self.terms_s[self.binding]:.3g} s){f'; {others}' if others else ''}")
+        if self.model_s is None:
+            return model + (f" ({self.history})" if self.history else "")
+        return f"predicted makespan {self.makespan_s:.3g} s, as {self.history}; the model: {model}"
 
 
 def _rank_parts(cost: CostModel, load: RankLoad) -> tuple[float, float, dict]:

@@ -12,7 +12,7 @@ import numpy as np
 
 from ingest.api.read import apply_scaling, to_native
 from ingest.config import RunConfig, load_config
-from ingest.driver.job import Job, prepare_job
+from ingest.driver.job import Job, prepare_job, remember_job
 from ingest.driver.read import read_rank_regions
 from ingest.driver.mpi import all_agree_or_raise, root_step, topology
 from ingest.driver.probe_rounds import root_step_with_crew
@@ -147,6 +147,7 @@ def run(comm, cfg: RunConfig | Mapping | None = None, **options) -> RankResult:
     if rank == 0:
         report = ReportFacts(cfg, job).build(records, mode="direct", baseline=baseline,
                                               regions=_flat(region_records))
+        remember_job(job, report["aggregate"]["makespan_s"])
         publish_report(cfg, report)
     return RankResult(regions, record, report)
 

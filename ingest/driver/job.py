@@ -6,6 +6,7 @@ is broadcast, so 25 ranks make one header fetch and one probe, not 25.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from ingest.api.read import plan_with
@@ -13,6 +14,7 @@ from ingest.config import RunConfig
 from ingest.config.settings import (Settings, configured_settings, resolve_settings, retry_policy,
                                     settings_for_job, tunable, transport_options)
 from ingest.core.decompose import format_grid, grid_boxes, resolve_grid
+from ingest.core.history import JobShape, PastJob, with_history
 from ingest.core.layout import Layout
 from ingest.core.linkprobe import LATENCY_THREADS
 from ingest.core.regions import assign_regions, parse_min_overlap, parse_region_shape, s2p_regions, take_first
@@ -56,6 +58,15 @@ class Job:
     region_sources: tuple | None = None  # per region its own object (a tiled source), else None: read_source
     prediction: JobPrediction | None = None  # the whole job's makespan and the term that binds it
     shared_rounds: tuple = ()  # the probe rounds in which several ranks read at once (SharedRound)
+    endpoint: str | None = None  # the store's, as the link cache names it
+    shape: JobShape | None = None  # what the endpoint's next job of the same shape learns from this one
+
+
+def remember_job(job: Job, makespan_s: float) -> None:
+    """Rank 0, after a direct read: keep its makespan under the endpoint, for the next job of its
+    shape to predict with (core/history.py)."""
+    if job.shape is not None and makespan_s > 0:
+        linkcache.remember(job.endpoint, job=PastJob(job.shape, makespan_s, time.time()))
 
 
 def plan_box(cfg: RunConfig, settings: Settings, layout: Layout, box):
@@ -122,15 +133,21 @@ def assign(regions, itemsize: int, n_ranks: int, todo=None) -> tuple:
     return tuple(tuple(todo[k] for k in mine) for mine in per_rank)
 
 
-def predict(cfg: RunConfig, settings: Settings, layout: Layout, regions, assignment,
-            topology: Topology) -> JobPrediction:
-    """The whole job's makespan: every rank reading its regions (one after another) at once, on
-    one rank's link as measured alone and the pipes the ranks share (core/sharing.py)."""
+def predict(cfg: RunConfig, settings: Settings, layout: Layout, regions, assignment, topology: Topology,
+            endpoint: str | None = None, method: str = "") -> tuple[JobPrediction, JobShape]:
+    """The whole job's makespan, and the job's shape: every rank reading its regions (one after
+    another) at once, on one rank's link as measured alone and the pipes the ranks share
+    (core/sharing.py); where `endpoint` ran jobs of this shape before, what they took
+    (core/history.py)."""
     loads = []
     for mine in assignment:
         plans = [plan_box(cfg, settings, layout, regions[i])[1] for i in mine]
         loads.append(RankLoad(sum(p.n_requests for p in plans), sum(p.wire_bytes for p in plans), settings.threads))
-    return predict_job(settings.alone, settings.shared, topology, loads)
+    prediction = predict_job(settings.alone, settings.shared, topology, loads)
+    shape = JobShape.of(method, topology, loads, settings.chunk_bytes)
+    if endpoint:
+        prediction = with_history(prediction, shape, linkcache.recall_jobs(endpoint), time.time(), endpoint)
+    return prediction, shape
 
 
 def largest_selection(cfg: RunConfig, settings: Settings, layout: Layout, n_ranks: int):
@@ -177,7 +194,7 @@ def prepare_job(cfg: RunConfig, topology: Topology, staging: bool = False, rank_
     with open_transport(read_source, method, threads=LATENCY_THREADS, **transport_options(cfg)) as transport:
         layout, header = read_any_layout_timed(transport, hdu=cfg.hdu, dataset=cfg.dataset, retry=retry_policy(cfg),
                                                tiles=True)
-        info = transport.info
+        info, endpoint = transport.info, transport.endpoint
         tiled = layout.kind == "tiles"
         if staging and not tiled:
             from ingest.staging.stage import check_space
@@ -195,7 +212,7 @@ def prepare_job(cfg: RunConfig, topology: Topology, staging: bool = False, rank_
                           n_ranks)
     grid_fits, reason, regions = decompose_job(cfg, settings, layout, n_ranks)
     assignment = assign(regions, layout.itemsize, n_ranks)
-    prediction = predict(cfg, settings, layout, regions, assignment, topology)
+    prediction, shape = predict(cfg, settings, layout, regions, assignment, topology, endpoint, method)
     estimate_s = prediction.makespan_s
     if method == "presigned":
         read_source = ensure_lifetime(read_source, signer_args, 2 * estimate_s + 60.0, cfg)
@@ -205,7 +222,7 @@ def prepare_job(cfg: RunConfig, topology: Topology, staging: bool = False, rank_
         check_output_dir(cfg.output_dir, [output_name(r, regions[i], output_ext(layout))
                                           for r, mine in enumerate(assignment) for i in mine])
     return Job(read_source, method, layout, info, grid_fits, reason, regions, assignment, settings, signer_args,
-               estimate_s, prediction=prediction, shared_rounds=rounds)
+               estimate_s, prediction=prediction, shared_rounds=rounds, endpoint=endpoint, shape=shape)
 
 
 def _tiled_job(cfg: RunConfig, index, index_name: str, read_source: str, method: str, info: ObjectInfo,

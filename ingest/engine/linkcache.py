@@ -2,9 +2,10 @@
 
 A read too small to repay a probe is priced with what an earlier run on this machine measured of
 the same endpoint (named with its age in the tuner's reason), before any configured default:
-the first small read of a session guesses, the ones after it know. Two records per endpoint,
-each with its own time: rank 0's probe (one rank's link) and the shared pipes a job's ranks
-measured together (ingest.driver.probe_rounds).
+the first small read of a session guesses, the ones after it know. Per endpoint, each with its
+own time: rank 0's probe (one rank's link), the shared pipes a job's ranks measured together
+(ingest.driver.probe_rounds), and the makespans of the last KEEP jobs with their shapes, which
+predict the next job of the same shape (ingest.core.history).
 
 Where: $INGEST_LINK_CACHE (a file path, or "off"), else $XDG_CACHE_HOME/ingest/links.json, else
 ~/.cache/ingest/links.json. A record older than MAX_AGE_S is not used; a file that cannot be
@@ -18,8 +19,10 @@ import time
 from dataclasses import dataclass, fields
 
 from ingest.atomic import atomic_write
+from ingest.core.history import KEEP, PastJob
 from ingest.core.linkprobe import LinkProbe
 from ingest.core.sharing import SharedCapacity
+from ingest.units import format_age
 
 MAX_AGE_S = 7 * 24 * 3600  # links change (a new NIC, a busier store); a week-old figure is stale
 CACHE_ENV = "INGEST_LINK_CACHE"
@@ -51,9 +54,7 @@ class Recalled:
 
 def described(endpoint: str, age_s: float) -> str:
     """How the tuner's reason names a cached measurement: the endpoint and the age."""
-    hours = age_s / 3600
-    age = f"{age_s:.0f} s" if age_s < 120 else f"{age_s / 60:.0f} min" if hours < 2 else f"{hours:.1f} h"
-    return f"cached measurement of {endpoint} from {age} ago"
+    return f"cached measurement of {endpoint} from {format_age(age_s)} ago"
 
 
 def _load(path: str) -> dict:
@@ -98,11 +99,30 @@ def recall(endpoint: str | None, now_s: float | None = None) -> Recalled | None:
     return Recalled(endpoint, age_s, probe, shared)
 
 
-def remember(endpoint: str | None, *, probe: LinkProbe | None = None, shared: SharedCapacity | None = None,
-             now_s: float | None = None) -> None:
-    """Keep what was just measured of `endpoint` (a probe, the shared pipes, or both)."""
+def recall_jobs(endpoint: str | None, now_s: float | None = None) -> list[PastJob]:
+    """The jobs that ran on `endpoint` within MAX_AGE_S, oldest first."""
     path = cache_path()
-    if not endpoint or path is None or (probe is None and shared is None):
+    if not endpoint or path is None:
+        return []
+    entry = _load(path).get(endpoint)
+    records = entry.get("jobs") if isinstance(entry, dict) else None
+    now_s = time.time() if now_s is None else now_s
+    jobs = []
+    for record in records if isinstance(records, list) else []:
+        try:
+            job = PastJob.from_dict(record)
+        except (KeyError, TypeError, ValueError):
+            continue  # written by another version of ingest
+        if 0 <= now_s - job.at_s <= MAX_AGE_S:
+            jobs.append(job)
+    return jobs
+
+
+def remember(endpoint: str | None, *, probe: LinkProbe | None = None, shared: SharedCapacity | None = None,
+             job: PastJob | None = None, now_s: float | None = None) -> None:
+    """Keep what was just measured of `endpoint`: a probe, the shared pipes, a finished job."""
+    path = cache_path()
+    if not endpoint or path is None or (probe is None and shared is None and job is None):
         return
     now_s = time.time() if now_s is None else now_s
     data = _load(path)
@@ -111,6 +131,9 @@ def remember(endpoint: str | None, *, probe: LinkProbe | None = None, shared: Sh
         entry["probe"] = {**probe.as_dict(), "at_s": now_s}
     if shared is not None:
         entry["shared"] = {**shared.as_dict(), "at_s": now_s}
+    if job is not None:
+        jobs = entry.get("jobs") if isinstance(entry.get("jobs"), list) else []
+        entry["jobs"] = (jobs + [job.as_dict()])[-KEEP:]
     data[endpoint] = entry
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)

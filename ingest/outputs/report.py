@@ -346,6 +346,10 @@ def _settings_line(settings: dict) -> str:
         ratio = f" (measured / predicted {measured / predicted:.2f})" if predicted and measured else ""
         text += (f"\n  bound by {prediction['binding']}{ratio} for {prediction['ranks']} rank(s) on "
                  f"{prediction['nodes']} node(s); shared pipes {prediction.get('shared_source', '?')}")
+        if prediction.get("history"):  # earlier jobs of this shape on the endpoint (core/history.py)
+            model = prediction.get("model_makespan_s")
+            used = "" if model is None or model == predicted else f"; the model alone said {model:.3f} s"
+            text += f"\n  {prediction['history']}{used}"
     tuning = settings.get("tuning")
     return text + (f"\n  tuned by {tuning['reason']}" if tuning and tuning.get("reason") else "")
 

@@ -1,0 +1,110 @@
+"""What earlier jobs of the same shape took on an endpoint, and the prediction they give (pure).
+
+The model (core/sharing.py) prices a job from a probe of a few tens of milliseconds, taken
+just before the read. On 2 shared cores, or behind a proxy, the probe's short rounds move
+more from one job to the next than the jobs themselves do (bench.predictions: one fixed
+prediction per cell could hold 57 of 60 runs within 0.8-1.25, the probe's model held 34). A job
+that ran before on the same endpoint with the same shape (the same ranks on the same nodes,
+threads, request size and about the same bytes and requests per rank) measured what the probe
+only samples: the whole read, every rank at once, for its full length. Centres run the same
+pre-stage again and again, so that record is usually there.
+
+So once an endpoint has such jobs, the predicted makespan is the median of the newest of them
+(each scaled to this job's bytes, or requests where those bind), and the model's own figure is
+kept beside it. Where the two disagree by more than MODEL_AGREES the link has changed since
+(the probe sees today's link; the records, last week's), and the model's figure stands.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, replace
+
+from ingest.core.sharing import LATENCY, REQUESTS, JobPrediction, RankLoad, Topology
+from ingest.units import format_age
+
+SIMILAR = 1.5  # the busiest rank's bytes and requests within this factor: the same job, resized
+NEWEST = 5  # the median of at most this many of the newest similar jobs
+MODEL_AGREES = 2.0  # further apart than this, the link changed: the probe's model stands
+KEEP = 32  # records per endpoint: enough for a few shapes' NEWEST
+REQUEST_TERMS = (REQUESTS, LATENCY)  # terms whose time grows with requests, not bytes
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """What makes two jobs on one endpoint the same job: how it is spread and planned, and the
+    busiest rank's load."""
+
+    method: str
+    ranks_per_node: tuple[int, ...]
+    threads: int
+    chunk_bytes: int
+    rank_wire_bytes: int  # the busiest rank's wire bytes
+    rank_requests: int  # and its requests
+
+    @classmethod
+    def of(cls, method: str, topology: Topology, loads, chunk_bytes: int) -> "JobShape":
+        loads = list(loads) or [RankLoad(0, 0, 1)]
+        busiest = max(loads, key=lambda load: (load.wire_bytes, load.n_requests))
+        return cls(method, topology.ranks_per_node, busiest.threads, chunk_bytes, busiest.wire_bytes,
+                   busiest.n_requests)
+
+    def similar(self, other: "JobShape") -> bool:
+        if (self.method, self.ranks_per_node, self.threads, self.chunk_bytes) != (
+                other.method, other.ranks_per_node, other.threads, other.chunk_bytes):
+            return False
+        return all(_within(a, b, SIMILAR) for a, b in ((self.rank_wire_bytes, other.rank_wire_bytes),
+                                                       (self.rank_requests, other.rank_requests)))
+
+    def scale_from(self, other: "JobShape", binding: str) -> float:
+        """This job's size over `other`'s, in what binds: requests for the request terms, else bytes."""
+        if binding in REQUEST_TERMS:
+            return self.rank_requests / max(1, other.rank_requests)
+        return self.rank_wire_bytes / max(1, other.rank_wire_bytes)
+
+    def as_dict(self) -> dict:
+        return {"method": self.method, "ranks_per_node": list(self.ranks_per_node), "threads": self.threads,
+                "chunk_bytes": self.chunk_bytes, "rank_wire_bytes": self.rank_wire_bytes,
+                "rank_requests": self.rank_requests}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "JobShape":
+        return cls(str(d["method"]), tuple(int(n) for n in d["ranks_per_node"]), int(d["threads"]),
+                   int(d["chunk_bytes"]), int(d["rank_wire_bytes"]), int(d["rank_requests"]))
+
+
+@dataclass(frozen=True)
+class PastJob:
+    """A finished job on an endpoint: its shape, its measured makespan, and when it ran."""
+
+    shape: JobShape
+    makespan_s: float
+    at_s: float  # time.time() at its end
+
+    def as_dict(self) -> dict:
+        return {**self.shape.as_dict(), "makespan_s": self.makespan_s, "at_s": self.at_s}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PastJob":
+        return cls(JobShape.from_dict(d), float(d["makespan_s"]), float(d["at_s"]))
+
+
+def _within(a: float, b: float, factor: float) -> bool:
+    if a <= 0 or b <= 0:
+        return a == b
+    return 1 / factor <= a / b <= factor
+
+
+def with_history(model: JobPrediction, shape: JobShape, past, now_s: float, endpoint: str) -> JobPrediction:
+    """The job's prediction given the endpoint's `past` jobs: the model's, unless NEWEST similar
+    jobs (or fewer) measured one the model agrees with to within MODEL_AGREES."""
+    similar = sorted((p for p in past if p.shape.similar(shape) and p.at_s <= now_s), key=lambda p: p.at_s)[-NEWEST:]
+    if not similar or model.makespan_s <= 0:
+        return model
+    measured_s = statistics.median(p.makespan_s * shape.scale_from(p.shape, model.binding) for p in similar)
+    newest, oldest = (format_age(now_s - p.at_s) for p in (similar[-1], similar[0]))
+    ages = f"{newest} to {oldest} ago" if len(similar) > 1 else f"{newest} ago"
+    what = f"{len(similar)} earlier job(s) of this shape on {endpoint} ({ages}) took {measured_s:.3g} s"
+    if not _within(model.makespan_s, measured_s, MODEL_AGREES):
+        return replace(model, history=f"{what}; the model differs by over {MODEL_AGREES:g}x (the link changed?), "
+                                      f"so its {model.makespan_s:.3g} s stands")
+    return replace(model, makespan_s=measured_s, model_s=model.makespan_s, history=what)

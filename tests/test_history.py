@@ -1,0 +1,81 @@
+"""Earlier jobs of the same shape on an endpoint predict the next one (core/history.py), kept in
+the link cache (engine/linkcache.py)."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, strategies as st
+
+from ingest.core.history import KEEP, MODEL_AGREES, NEWEST, JobShape, PastJob, with_history
+from ingest.core.sharing import CPU, REQUESTS, JobPrediction, RankLoad, Topology
+from ingest.engine import linkcache
+from ingest.units import MiB
+
+TOPOLOGY = Topology.block(4, 2)
+SHAPE = JobShape.of("s3", TOPOLOGY, [RankLoad(16, 256 * MiB, 4)] * 4, 16 * MiB)
+ENDPOINT = "http://store:9000"
+
+
+def model(makespan_s: float, binding: str = CPU) -> JobPrediction:
+    return JobPrediction(makespan_s, binding, {binding: makespan_s}, TOPOLOGY, "measured")
+
+
+def test_the_shape_is_the_busiest_rank_and_how_the_job_is_spread_and_planned():
+    shape = JobShape.of("s3", TOPOLOGY, [RankLoad(3, 10, 4), RankLoad(2, 30, 4), RankLoad(9, 20, 4)], 8)
+    assert (shape.ranks_per_node, shape.threads, shape.chunk_bytes) == ((2, 2), 4, 8)
+    assert (shape.rank_wire_bytes, shape.rank_requests) == (30, 2)
+    assert JobShape.from_dict(shape.as_dict()) == shape
+    assert SHAPE.similar(SHAPE)
+    for other in (JobShape("presigned", (2, 2), 4, 16 * MiB, 256 * MiB, 16),  # another method
+                  JobShape("s3", (4,), 4, 16 * MiB, 256 * MiB, 16),  # one node, not two
+                  JobShape("s3", (2, 2), 8, 16 * MiB, 256 * MiB, 16),  # threads
+                  JobShape("s3", (2, 2), 4, 8 * MiB, 256 * MiB, 16),  # request size
+                  JobShape("s3", (2, 2), 4, 16 * MiB, 1024 * MiB, 64)):  # 4x the bytes
+        assert not SHAPE.similar(other)
+    assert SHAPE.similar(JobShape("s3", (2, 2), 4, 16 * MiB, 300 * MiB, 19))  # a little bigger
+
+
+def test_no_similar_job_leaves_the_model():
+    past = [PastJob(JobShape("s3", (4,), 4, 16 * MiB, 256 * MiB, 16), 9.0, 10.0)]
+    assert with_history(model(1.0), SHAPE, past, 100.0, ENDPOINT) == model(1.0)
+    assert with_history(model(1.0), SHAPE, [], 100.0, ENDPOINT) == model(1.0)
+
+
+def test_the_median_of_the_newest_similar_jobs_scaled_to_this_one_predicts():
+    # seven earlier runs; only the NEWEST (5) count: 1.0, 1.2, 1.4, 1.1, 1.3 -> 1.2
+    past = [PastJob(SHAPE, s, at) for at, s in enumerate((9.0, 9.0, 1.0, 1.2, 1.4, 1.1, 1.3))]
+    got = with_history(model(1.5), SHAPE, past, 3600.0, ENDPOINT)
+    assert got.makespan_s == pytest.approx(1.2) and got.model_s == 1.5 and got.model_makespan_s == 1.5
+    assert got.history == f"{NEWEST} earlier job(s) of this shape on {ENDPOINT} (60 min to 60 min ago) took 1.2 s"
+    assert got.as_dict()["model_makespan_s"] == 1.5 and "the model: predicted makespan 1.5 s" in got.describe()
+    # a job 10% larger in bytes is predicted 10% longer; where requests bind, by its requests
+    bigger = JobShape("s3", (2, 2), 4, 16 * MiB, int(256 * MiB * 1.1), 20)
+    assert with_history(model(1.5), bigger, past, 3600.0, ENDPOINT).makespan_s == pytest.approx(1.32)
+    assert with_history(model(1.5, REQUESTS), bigger, past, 3600.0, ENDPOINT).makespan_s == pytest.approx(1.5)
+    # a job from the future (a clock set back) is not history
+    assert with_history(model(1.5), SHAPE, [PastJob(SHAPE, 1.0, 5000.0)], 3600.0, ENDPOINT) == model(1.5)
+
+
+@given(st.floats(0.01, 100.0), st.floats(0.01, 100.0))
+def test_the_model_stands_where_the_link_changed(model_s, measured_s):
+    got = with_history(model(model_s), SHAPE, [PastJob(SHAPE, measured_s, 0.0)], 60.0, ENDPOINT)
+    agrees = 1 / MODEL_AGREES <= model_s / measured_s <= MODEL_AGREES
+    assert got.makespan_s == pytest.approx(measured_s if agrees else model_s)
+    assert got.model_makespan_s == model_s and "1 earlier job(s) of this shape" in got.history
+    assert ("stands" in got.history) != agrees
+
+
+def test_the_link_cache_keeps_the_newest_jobs_of_an_endpoint(tmp_path, monkeypatch):
+    monkeypatch.setenv(linkcache.CACHE_ENV, str(tmp_path / "links.json"))
+    assert linkcache.recall_jobs(ENDPOINT) == []
+    for k in range(KEEP + 3):
+        linkcache.remember(ENDPOINT, job=PastJob(SHAPE, 1.0 + k, 1000.0 + k), now_s=1000.0 + k)
+    linkcache.remember(ENDPOINT, shared=None, probe=None)  # nothing to keep: nothing changes
+    jobs = linkcache.recall_jobs(ENDPOINT, now_s=2000.0)
+    assert len(jobs) == KEEP and jobs[0].makespan_s == 4.0 and jobs[-1] == PastJob(SHAPE, KEEP + 3.0, 1000.0 + KEEP + 2)
+    assert linkcache.recall_jobs("http://other:9000") == []
+    assert linkcache.recall_jobs(ENDPOINT, now_s=1000.0 + linkcache.MAX_AGE_S + KEEP + 3) == []  # stale
+    # a record another version wrote is skipped, not fatal
+    linkcache.remember(ENDPOINT, job=PastJob(SHAPE, 2.0, 1500.0))
+    data = (tmp_path / "links.json").read_text().replace('"rank_requests"', '"requests_of_rank"', 1)
+    (tmp_path / "links.json").write_text(data)
+    assert len(linkcache.recall_jobs(ENDPOINT, now_s=2000.0)) == KEEP - 1
