@@ -136,7 +136,10 @@ def _cell(cluster: Cluster, url: str, shape, workload: str, method: str, ranks: 
         if prediction.get("makespan_s"):  # the planner's whole-job prediction, made before the read
             row.update(predicted_s=prediction["makespan_s"], predicted_binding=prediction["binding"],
                        measured_over_predicted=agg["makespan_s"] / prediction["makespan_s"],
-                       shared_source=prediction.get("shared_source"))
+                       shared_source=prediction.get("shared_source"),
+                       # the model alone, where earlier jobs of the cell's shape predicted it (a repeat)
+                       model_s=prediction.get("model_makespan_s") or prediction["makespan_s"],
+                       history=prediction.get("history"))
         lim = spec_limit(cluster.spec, agg["bytes_wire"], ranks, source="store", nodes=nodes, ranks_per_node=rpn)
         window = row["makespan_s"]
     else:
