@@ -5,14 +5,18 @@ just before the read. On 2 shared cores, or behind a proxy, the probe's short ro
 more from one job to the next than the jobs themselves do (bench.predictions: one fixed
 prediction per cell could hold 57 of 60 runs within 0.8-1.25, the probe's model held 34). A job
 that ran before on the same endpoint with the same shape (the same ranks on the same nodes,
-threads, request size and about the same bytes and requests per rank) measured what the probe
+about the same streams, bytes and requests per rank) measured what the probe
 only samples: the whole read, every rank at once, for its full length. Centres run the same
 pre-stage again and again, so that record is usually there.
 
 So once an endpoint has such jobs, the predicted makespan is the median of the newest of them
 (each scaled to this job's bytes, or requests where those bind), and the model's own figure is
-kept beside it. Where the two disagree by more than MODEL_AGREES the link has changed since
-(the probe sees today's link; the records, last week's), and the model's figure stands.
+kept beside it. Where a probe ran for this job and its model disagrees with the records by more
+than MODEL_AGREES, the link has changed since (the probe sees today's link; the records, last
+week's), and the model's figure stands. Where no probe ran (a read too small to repay one), the
+model is a cached measurement or the configured default, and the records of this very shape
+are the better measurement: they stand whatever the model says (a thin box behind a slow
+shared pipe, priced at the configured 75 MB/s, was predicted 5-19x too fast).
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from ingest.core.sharing import LATENCY, REQUESTS, JobPrediction, RankLoad, Topo
 from ingest.units import format_age
 
 SIMILAR = 1.5  # the busiest rank's bytes and requests within this factor: the same job, resized
+THREADS_SIMILAR = 2.0  # and its streams within this one
 NEWEST = 5  # the median of at most this many of the newest similar jobs
 # Further apart than this, the link changed: the probe's model stands. Wider than the model's own
 # miss from one job to the next (up to 2.9x here: a 4-rank seed 001 job predicted 0.29 s took
@@ -52,11 +57,15 @@ class JobShape:
                    busiest.n_requests)
 
     def similar(self, other: "JobShape") -> bool:
-        if (self.method, self.ranks_per_node, self.threads, self.chunk_bytes) != (
-                other.method, other.ranks_per_node, other.threads, other.chunk_bytes):
+        """The same method on the same ranks per node, and about the same load: bytes and requests
+        within SIMILAR, streams within THREADS_SIMILAR (the request size shows in the requests).
+        A plan priced from a header request's timing may pick 4 threads one run and 8 the next,
+        and on a shared pipe both take its time."""
+        if (self.method, self.ranks_per_node) != (other.method, other.ranks_per_node):
             return False
-        return all(_within(a, b, SIMILAR) for a, b in ((self.rank_wire_bytes, other.rank_wire_bytes),
-                                                       (self.rank_requests, other.rank_requests)))
+        return _within(self.threads, other.threads, THREADS_SIMILAR) and all(
+            _within(a, b, SIMILAR) for a, b in ((self.rank_wire_bytes, other.rank_wire_bytes),
+                                                (self.rank_requests, other.rank_requests)))
 
     def scale_from(self, other: "JobShape", binding: str) -> float:
         """This job's size over `other`'s, in what binds: requests for the request terms, else bytes."""
@@ -97,9 +106,11 @@ def _within(a: float, b: float, factor: float) -> bool:
     return 1 / factor <= a / b <= factor
 
 
-def with_history(model: JobPrediction, shape: JobShape, past, now_s: float, endpoint: str) -> JobPrediction:
-    """The job's prediction given the endpoint's `past` jobs: the model's, unless NEWEST similar
-    jobs (or fewer) measured one the model agrees with to within MODEL_AGREES."""
+def with_history(model: JobPrediction, shape: JobShape, past, now_s: float, endpoint: str,
+                 probed: bool = True) -> JobPrediction:
+    """The job's prediction given the endpoint's `past` jobs: the median of the NEWEST similar
+    ones (or fewer), unless there are none, or this job's own probe (`probed`) made a model
+    that differs from it by more than MODEL_AGREES."""
     similar = sorted((p for p in past if p.shape.similar(shape) and p.at_s <= now_s), key=lambda p: p.at_s)[-NEWEST:]
     if not similar or model.makespan_s <= 0:
         return model
@@ -107,7 +118,7 @@ def with_history(model: JobPrediction, shape: JobShape, past, now_s: float, endp
     newest, oldest = (format_age(now_s - p.at_s) for p in (similar[-1], similar[0]))
     ages = f"{newest} to {oldest} ago" if len(similar) > 1 else f"{newest} ago"
     what = f"{len(similar)} earlier job(s) of this shape on {endpoint} ({ages}) took {measured_s:.3g} s"
-    if not _within(model.makespan_s, measured_s, MODEL_AGREES):
+    if probed and not _within(model.makespan_s, measured_s, MODEL_AGREES):
         return replace(model, history=f"{what}; the model differs by over {MODEL_AGREES:g}x (the link changed?), "
                                       f"so its {model.makespan_s:.3g} s stands")
     return replace(model, makespan_s=measured_s, model_s=model.makespan_s, history=what)

@@ -146,7 +146,8 @@ def predict(cfg: RunConfig, settings: Settings, layout: Layout, regions, assignm
     prediction = predict_job(settings.alone, settings.shared, topology, loads)
     shape = JobShape.of(method, topology, loads, settings.chunk_bytes)
     if endpoint:
-        prediction = with_history(prediction, shape, linkcache.recall_jobs(endpoint), time.time(), endpoint)
+        prediction = with_history(prediction, shape, linkcache.recall_jobs(endpoint), time.time(), endpoint,
+                                  probed=settings.probe is not None)
     return prediction, shape
 
 
