@@ -45,7 +45,7 @@ class JobShape:
     method: str
     ranks_per_node: tuple[int, ...]
     threads: int
-    chunk_bytes: int
+    chunk_bytes: int  # for the record: `similar` compares the requests, which show the size
     rank_wire_bytes: int  # the busiest rank's wire bytes
     rank_requests: int  # and its requests
 
