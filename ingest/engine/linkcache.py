@@ -76,16 +76,22 @@ def _probe_from(record: dict) -> LinkProbe | None:
         return None  # written by another version of ingest
 
 
+def _entry(endpoint: str | None) -> dict:
+    """What the cache holds of `endpoint` (empty when caching is off or nothing is kept)."""
+    path = cache_path()
+    entry = _load(path).get(endpoint) if endpoint and path is not None else None
+    return entry if isinstance(entry, dict) else {}
+
+
+def _fresh(at_s, now_s: float) -> bool:
+    """Taken within MAX_AGE_S before `now_s` (not after it: a clock set back)."""
+    return isinstance(at_s, (int, float)) and 0 <= now_s - at_s <= MAX_AGE_S
+
+
 def recall(endpoint: str | None, now_s: float | None = None) -> Recalled | None:
     """What was measured of `endpoint` within MAX_AGE_S, or None."""
-    path = cache_path()
-    if not endpoint or path is None:
-        return None
-    entry = _load(path).get(endpoint)
-    if not isinstance(entry, dict):
-        return None
     now_s = time.time() if now_s is None else now_s
-    fresh = {k: v for k, v in entry.items() if isinstance(v, dict) and 0 <= now_s - v.get("at_s", -1e18) <= MAX_AGE_S}
+    fresh = {k: v for k, v in _entry(endpoint).items() if isinstance(v, dict) and _fresh(v.get("at_s"), now_s)}
     if not fresh:
         return None
     probe = _probe_from(fresh["probe"]) if "probe" in fresh else None
@@ -101,11 +107,7 @@ def recall(endpoint: str | None, now_s: float | None = None) -> Recalled | None:
 
 def recall_jobs(endpoint: str | None, now_s: float | None = None) -> list[PastJob]:
     """The jobs that ran on `endpoint` within MAX_AGE_S, oldest first."""
-    path = cache_path()
-    if not endpoint or path is None:
-        return []
-    entry = _load(path).get(endpoint)
-    records = entry.get("jobs") if isinstance(entry, dict) else None
+    records = _entry(endpoint).get("jobs")
     now_s = time.time() if now_s is None else now_s
     jobs = []
     for record in records if isinstance(records, list) else []:
@@ -113,7 +115,7 @@ def recall_jobs(endpoint: str | None, now_s: float | None = None) -> list[PastJo
             job = PastJob.from_dict(record)
         except (KeyError, TypeError, ValueError):
             continue  # written by another version of ingest
-        if 0 <= now_s - job.at_s <= MAX_AGE_S:
+        if _fresh(job.at_s, now_s):
             jobs.append(job)
     return jobs
 
