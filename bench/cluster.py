@@ -5,7 +5,8 @@ Each node count builds one cluster (ingest.testbed.cluster: configs/cluster.toml
 node count overridden) and uploads one synthetic cube; every cell is a real `mpiexec python -m
 ingest run|stage` on its nodes, ranks spread round-robin (`--map-by node`). The limit is
 ingest/testbed/cluster/limits.py's, the one the study's figures draw: the cell's wire bytes
-through the binding pipe (node NIC, store egress, shared filesystem) plus one latency; staging
+through the binding pipe (node NIC, store egress, shared filesystem) at the payload rate its
+frames leave a TCP reader, plus one latency; staging
 adds the whole cube's copy through node 0 (s5cmd on rank 0). The bottleneck column is the
 limit's binding term, or "client CPU" when the cell ran at over CPU_BOUND_RATIO x its limit
 while this machine's cores were at least CPU_BUSY busy (sampled from /proc/stat over the read).

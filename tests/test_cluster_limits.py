@@ -9,21 +9,28 @@ import pytest
 from ingest.errors import ConfigError
 from ingest.study.config import parse_config
 from ingest.testbed.cluster import load_spec
-from ingest.testbed.cluster.limits import (FILESYSTEM, LATENCY, NODE_NIC, STORE_EGRESS, busiest_node_ranks,
-                                           physical_limit, spec_from_record, spec_limit, staging_limit)
+from ingest.testbed.cluster.limits import (FILESYSTEM, LATENCY, NODE_NIC, PAYLOAD_PER_FRAME_BYTE, STORE_EGRESS,
+                                           busiest_node_ranks, payload_rate, physical_limit, spec_from_record,
+                                           spec_limit, staging_limit)
 from tests.mpitools import ROOT
 
 MB = 10**6
 CAPS = {"server_rate_bytes_per_s": 25 * MB, "nic_rate_bytes_per_s": 10 * MB}
+F = PAYLOAD_PER_FRAME_BYTE  # the caps meter frames: a reader's payload gets this fraction of them
+
+
+def test_a_full_tcp_segment_carries_1448_payload_bytes_of_1514_metered():
+    assert F == pytest.approx(1448 / 1514)
+    assert payload_rate(10 * MB) == pytest.approx(10 * MB * 1448 / 1514)
 
 
 def test_one_node_is_nic_bound_until_the_store_fills():
     one = physical_limit(10 * MB, ranks=1, nodes=1, ranks_per_node=1, latency_s=0.001, **CAPS)
-    assert one.binding == NODE_NIC and one.seconds == pytest.approx(1.0 + 0.001)
+    assert one.binding == NODE_NIC and one.seconds == pytest.approx(1.0 / F + 0.001)
     # 8 ranks on 8 nodes: each NIC moves 1/8, the store moves all of it: the store binds
     eight = physical_limit(80 * MB, ranks=8, nodes=8, ranks_per_node=1, latency_s=0.001, **CAPS)
-    assert eight.binding == STORE_EGRESS and eight.seconds == pytest.approx(80 / 25 + 0.001)
-    assert eight.terms_s[NODE_NIC] == pytest.approx(1.0)
+    assert eight.binding == STORE_EGRESS and eight.seconds == pytest.approx(80 / 25 / F + 0.001)
+    assert eight.terms_s[NODE_NIC] == pytest.approx(1.0 / F)
 
 
 def test_ranks_fill_node_zero_first_then_oversubscribe_evenly():
@@ -31,7 +38,7 @@ def test_ranks_fill_node_zero_first_then_oversubscribe_evenly():
     assert busiest_node_ranks(4, nodes=4, ranks_per_node=1) == 1
     assert busiest_node_ranks(16, nodes=4, ranks_per_node=2) == 4
     lim = physical_limit(40 * MB, ranks=4, nodes=4, ranks_per_node=4, **CAPS)
-    assert lim.binding == NODE_NIC and lim.seconds == pytest.approx(4.0)
+    assert lim.binding == NODE_NIC and lim.seconds == pytest.approx(4.0 / F)
 
 
 def test_latency_binds_a_tiny_read_and_staging_adds_the_copy():
@@ -39,8 +46,8 @@ def test_latency_binds_a_tiny_read_and_staging_adds_the_copy():
     assert tiny.binding == LATENCY
     st = staging_limit(64 * MB, 8 * MB, store_rate_bytes_per_s=25 * MB, nic_rate_bytes_per_s=10 * MB,
                        fs_rate_bytes_per_s=30 * MB, ranks=1, nodes=1, ranks_per_node=1)
-    assert st.terms_s["copy"] == pytest.approx(6.4) and st.terms_s["read"] == pytest.approx(0.8)
-    assert st.binding == NODE_NIC and st.seconds == pytest.approx(7.2)
+    assert st.terms_s["copy"] == pytest.approx(6.4 / F) and st.terms_s["read"] == pytest.approx(0.8 / F)
+    assert st.binding == NODE_NIC and st.seconds == pytest.approx(7.2 / F)
     with pytest.raises(ValueError):
         physical_limit(1, ranks=0, nodes=1, ranks_per_node=1, **CAPS)
 
@@ -50,7 +57,8 @@ def test_spec_limit_uses_the_spec_caps_and_round_trips_the_record():
 
     spec = load_spec(os.path.join(ROOT, "configs", "cluster.toml"))
     fs = spec_limit(spec, 90 * MB, 8, source="fs", nodes=8, ranks_per_node=1)
-    assert fs.binding == FILESYSTEM and fs.seconds == pytest.approx(90 * MB / spec.fs.rate_bytes_per_s + spec.fs.latency_s)
+    assert fs.binding == FILESYSTEM and fs.seconds == pytest.approx(90 * MB / payload_rate(spec.fs.rate_bytes_per_s)
+                                                                   + spec.fs.latency_s)
     assert spec_from_record(dataclasses.asdict(spec)) == spec
     with pytest.raises(ValueError):
         spec_limit(spec, 1, 1, source="staging")
@@ -109,6 +117,6 @@ def test_study_figures_limit_lines_come_from_the_same_function():
     assert s3.binding == {1: NODE_NIC, 8: STORE_EGRESS}
     assert s3.seconds[8] == spec_limit(spec, 64 * MB, 8, source="store").seconds
     direct, staging = summary.limit_lines("fig3", rows, meta)
-    assert staging.seconds[1] == pytest.approx(64 / 10 + 0.001 + 8 / 10 + 0.001)
+    assert staging.seconds[1] == pytest.approx(64 / 10 / F + 0.001 + 8 / 10 / F + 0.001)
     assert summary.limit_lines("fig2", rows, {}) == []  # not a cluster study: no line
     assert "10 MB/s" in summary.cluster_text(meta)

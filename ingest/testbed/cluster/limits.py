@@ -18,6 +18,17 @@ from dataclasses import dataclass
 # The bottleneck names every caller prints (bench/cluster.py adds "client CPU" from measurement).
 NODE_NIC, STORE_EGRESS, FILESYSTEM, LATENCY = "node NIC", "store egress", "filesystem", "latency"
 
+# The cluster's veths keep Linux's default MTU, and HTB meters each frame with its Ethernet
+# header. A full TCP segment is MTU bytes of IP packet, of which the IP and TCP headers and the
+# timestamp option (on by default) take 52: 1448 bytes of payload in every 1514 metered. Measured
+# through a node's cap here: one 16 MiB GET metered 1.0456x its body (1514 / 1448 = 1.0456); 64
+# GETs of 64 KiB 1.057x, the rest being each response's HTTP headers (about 700 B, the plan's to
+# spend: more requests, more headers).
+MTU_BYTES = 1500
+ETHERNET_HEADER_BYTES = 14
+TCP_IP_HEADER_BYTES = 20 + 20 + 12  # IPv4, TCP, the timestamp option
+PAYLOAD_PER_FRAME_BYTE = (MTU_BYTES - TCP_IP_HEADER_BYTES) / (MTU_BYTES + ETHERNET_HEADER_BYTES)
+
 
 @dataclass(frozen=True)
 class Limit:
@@ -39,14 +50,21 @@ def busiest_node_ranks(ranks: int, nodes: int, ranks_per_node: int) -> int:
 def physical_limit(wire_bytes: float, *, server_rate_bytes_per_s: float, nic_rate_bytes_per_s: float,
                    ranks: int, nodes: int, ranks_per_node: int, latency_s: float = 0.0,
                    server: str = STORE_EGRESS) -> Limit:
-    """Seconds to move wire_bytes, split evenly over `ranks` placed node by node, through one
-    shared server pipe (server_rate, named `server`) and each node's NIC (nic_rate). Rates in
-    bytes/s of the traffic the caps meter; latency_s once (a request's round trip)."""
+    """Seconds to move wire_bytes (the payload: response bodies), split evenly over `ranks` placed
+    node by node, through one shared server pipe (server_rate, named `server`) and each node's NIC
+    (nic_rate). Rates in bytes/s of the frames the caps meter, of which a reader's payload gets
+    PAYLOAD_PER_FRAME_BYTE; latency_s once (a request's round trip)."""
     if ranks < 1 or nodes < 1 or ranks_per_node < 1:
         raise ValueError(f"ranks {ranks}, nodes {nodes}, ranks_per_node {ranks_per_node}: each must be >= 1")
     share = busiest_node_ranks(ranks, nodes, ranks_per_node) / ranks
-    terms = {server: wire_bytes / server_rate_bytes_per_s, NODE_NIC: wire_bytes * share / nic_rate_bytes_per_s}
+    terms = {server: wire_bytes / payload_rate(server_rate_bytes_per_s),
+             NODE_NIC: wire_bytes * share / payload_rate(nic_rate_bytes_per_s)}
     return _limit(terms, latency_s)
+
+
+def payload_rate(metered_bytes_per_s: float) -> float:
+    """The most payload bytes/s a TCP reader gets through a cap of this rate of frames."""
+    return metered_bytes_per_s * PAYLOAD_PER_FRAME_BYTE
 
 
 def staging_limit(object_bytes: float, read_bytes: float, *, store_rate_bytes_per_s: float,
@@ -57,7 +75,7 @@ def staging_limit(object_bytes: float, read_bytes: float, *, store_rate_bytes_pe
     bigger half's."""
     pipes = {STORE_EGRESS: store_rate_bytes_per_s, NODE_NIC: nic_rate_bytes_per_s, FILESYSTEM: fs_rate_bytes_per_s}
     slowest = min(pipes, key=pipes.get)
-    copy = _limit({slowest: object_bytes / pipes[slowest]}, store_latency_s)
+    copy = _limit({slowest: object_bytes / payload_rate(pipes[slowest])}, store_latency_s)
     read = physical_limit(read_bytes, server_rate_bytes_per_s=fs_rate_bytes_per_s,
                           nic_rate_bytes_per_s=nic_rate_bytes_per_s, ranks=ranks, nodes=nodes,
                           ranks_per_node=ranks_per_node, latency_s=fs_latency_s, server=FILESYSTEM)
