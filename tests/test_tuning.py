@@ -119,10 +119,22 @@ def test_small_boxes_are_not_probed():
     assert probe is None and t.requests == 0 and "configured" in tuning.reason
 
 
-def test_cost_model_without_stream_bandwidth_is_the_old_one():
+def test_cost_model_without_stream_bandwidth_shares_one_link_and_hides_waits_behind_it():
     c = CostModel(latency_s=0.002, bandwidth_bytes_per_s=75e6)
     assert c.bandwidth(1) == c.bandwidth(16) == 75e6
-    assert c.predict_s(10, 75_000_000, 2) == pytest.approx(10 * 0.002 / 2 + 1.0)
+    # One thread waits for every reply before its bytes: nothing fills the link meanwhile.
+    assert c.predict_s(10, 75_000_000, 1) == pytest.approx(10 * 0.002 + 1.0)
+    # Two: while one waits, the other's bytes fill the link; only the first wait shows.
+    assert c.predict_s(10, 75_000_000, 2) == pytest.approx(0.002 + 1.0)
+    # Unless the waits are longer than the bytes: then each thread's chain of waits binds.
+    assert c.predict_s(1000, 75_000, 2) == pytest.approx(1000 * 0.002 / 2 + 500 * 75 / 75e6)
+
+
+def test_capped_connections_lend_nothing_while_they_wait():
+    """Each connection capped (Acacia's per-connection rate): a thread that waits leaves its cap
+    idle, so every wait of the busiest thread adds to its bytes, as before."""
+    c = CostModel(latency_s=0.002, bandwidth_bytes_per_s=1e9, stream_bandwidth_bytes_per_s=10e6)
+    assert c.predict_s(8, 80_000_000, 4) == pytest.approx(8 * 0.002 / 4 + 2 * 10e6 / 10e6)
 
 
 def test_probe_reads_stay_inside_the_data():
@@ -333,10 +345,11 @@ def test_probe_read_shrinks_to_the_budget_but_not_below_the_minimum():
 def test_client_cpu_adds_to_the_prediction():
     base = CostModel(latency_s=0.002, bandwidth_bytes_per_s=1e9)
     cpu = replace(base, cpu_per_request_s=0.0005, cpu_per_byte_s=2e-9)
-    # waiting (1.5 ms) overlaps on 4 threads, the 0.5 ms of CPU per request does not; bytes go at
-    # the client's copy (2 ns/B), the slower of it and the link (1 ns/B), not at their sum
-    assert cpu.predict_s(100, 10**8, 4) == pytest.approx(100 * (0.0015 / 4 + 0.0005) + 10**8 * 2e-9)
-    assert base.predict_s(100, 10**8, 4) == pytest.approx(100 * 0.002 / 4 + 0.1)
+    # the 0.5 ms of CPU per request adds whatever the threads; bytes go at the client's copy
+    # (2 ns/B), the slower of it and the link (1 ns/B), not at their sum; the waiting (1.5 ms)
+    # of all but the first request hides behind the other threads' bytes
+    assert cpu.predict_s(100, 10**8, 4) == pytest.approx(100 * 0.0005 + 0.0015 + 10**8 * 2e-9)
+    assert base.predict_s(100, 10**8, 4) == pytest.approx(0.002 + 0.1)
     assert cpu.predict_s(100, 0, 16) > 100 * 0.0005  # threads never hide CPU
     # a copy faster than the link hides behind it: the link's time alone
     fast_copy = replace(base, cpu_per_byte_s=0.5e-9)
@@ -357,8 +370,8 @@ def test_real_probe_measures_client_cpu(s3_server, s3_env):
 
 def test_cheap_requests_in_flight_move_the_seed001_plan_to_zero_waste():
     """Seed 001's cube and box with the acacia model (2 ms, 75 MB/s): at urllib3's client CPU
-    (400 us per request, 16 threads) the fastest plan reads 88.7 GiB for the 32.6 GiB needed; at
-    the native engine's (100 us, up to 64 in flight) it is the zero-waste plan, and predicted faster."""
+    (400 us per request, 16 threads) the fastest plan reads 2.7x the bytes needed; at the native
+    engine's (100 us, up to 64 in flight) it is the zero-waste plan, and predicted faster."""
     askap = Layout("askap", 0, (6668, 5851, 5851), -32, 0, 2880, 2880 + 6668 * 5851 * 5851 * 4)
     sel = normalize((slice(2387, 4280), slice(1850, 4001), slice(1850, 4001)), askap.shape)
     model = CostModel(latency_s=0.002, bandwidth_bytes_per_s=75e6)
@@ -367,7 +380,9 @@ def test_cheap_requests_in_flight_move_the_seed001_plan_to_zero_waste():
     plan_of = lambda t: make_plan(askap, sel, strategy=t.strategy, chunk_bytes=t.chunk_bytes,  # noqa: E731
                                   max_gap_bytes=t.max_gap_bytes)
     assert plan_of(threaded).wire_bytes / plan_of(threaded).needed_bytes > 2.5
-    assert plan_of(native).wire_bytes == plan_of(native).needed_bytes and native.threads == 64
+    # Many in flight: 16 or more. (64 would hide a few more waits; 16 is within NEAR_BEST of it
+    # once the link the requests share hides every wait but the chain's.)
+    assert plan_of(native).wire_bytes == plan_of(native).needed_bytes and native.threads >= 16
     assert native.predicted_s < threaded.predicted_s
     assert threaded.threads <= 16  # a thread per request in flight: never more than THREADS_MAX
 

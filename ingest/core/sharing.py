@@ -10,13 +10,17 @@ rank sees alone:
   time stretches; nodes emulated on one machine share its cores too).
 
 A rank's bytes go at the slowest of what its own streams get, its node's pipe and the egress,
-each of the shared ones carrying every byte of the ranks behind it. So the job's makespan is the
-slowest rank's latency plus the largest of those byte times, and the term that is largest is the
-one that binds: no plan moves the job faster than that pipe carries the wire bytes it needs.
+each of the shared ones carrying every byte of the ranks behind it. Its waits for replies hide
+behind a shared pipe (while one stream waits, the others' bytes keep the pipe busy) but not
+behind a capped connection of its own. So a rank takes the longer of its busiest thread's chain
+of waits and bytes and one wait plus the largest of those byte times; the job, its slowest
+rank; and the term that is largest binds: no plan moves the job faster than that pipe carries
+the wire bytes it needs.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from ingest.core.cost import CostModel
 from ingest.core.linkprobe import SCALING_FRACTION
@@ -155,7 +159,7 @@ class RankLoad:
 @dataclass(frozen=True)
 class JobPrediction:
     """The whole job's predicted makespan, the term that binds it, and every term's time (each
-    the slowest rank's or pipe's; the makespan is latency plus the largest of the others)."""
+    the slowest rank's or pipe's; predict_job says how they make the makespan)."""
 
     makespan_s: float
     binding: str
@@ -185,37 +189,50 @@ class JobPrediction:
         return f"predicted makespan {self.makespan_s:.3g} s, as {self.history}; the model: {model}"
 
 
-def _rank_parts(cost: CostModel, load: RankLoad) -> tuple[float, float, dict]:
-    """One rank's own parts, as CostModel.predict_s adds them: its latency (waits that overlap
-    across its requests in flight), its CPU per request (which does not), and the times of its
-    bytes through its own streams and through its CPU, of which the slower counts."""
-    waiting_s = max(0.0, cost.latency_s - cost.cpu_per_request_s)
-    n, wire = load.n_requests, load.wire_bytes
-    link_s = cost.link_s(n, wire, load.threads)
+class _RankParts(NamedTuple):
+    """One rank's own parts, as CostModel.predict_s weighs them."""
+
+    waits_s: float  # its requests' waits, as far as its requests in flight overlap them
+    cpu_requests_s: float  # its CPU per request, which adds whatever the threads
+    chain_bytes_s: float  # its busiest thread's bytes at one connection's rate (CostModel.chain_s)
+    bytes_terms: dict  # what its threads share: its link (or its capped connections) and its CPU's copy
+
+
+def _rank_parts(cost: CostModel, load: RankLoad) -> _RankParts:
+    n, wire, threads = load.n_requests, load.wire_bytes, load.threads
+    link_s = cost.link_s(n, wire, threads)
     streams_bind = link_s * cost.bandwidth_bytes_per_s > wire * (1 + 1e-9)  # slower than the rank's link
-    return (n * waiting_s / cost.overlap(load.threads), n * cost.cpu_per_request_s,
-            {CPU: wire * cost.cpu_per_byte_s, CONNECTION if streams_bind else RANK_LINK: link_s})
+    waits_s = cost.waits_s(n, threads) if n else 0.0
+    return _RankParts(waits_s, n * cost.cpu_per_request_s, cost.chain_s(n, wire, threads) - waits_s,
+                      {CPU: wire * cost.cpu_per_byte_s, CONNECTION if streams_bind else RANK_LINK: link_s})
 
 
 def predict_job(cost: CostModel, shared: SharedCapacity, topology: Topology, loads) -> JobPrediction:
     """The makespan of every rank reading its load at once (`loads` in rank order; ranks past the
     end read nothing). `cost` is one rank's model as it reads alone. For one rank and nothing
-    shared this is CostModel.predict_s."""
+    shared this is CostModel.predict_s.
+
+    A rank takes the longer of its busiest thread's chain (its waits and its bytes at one
+    connection's rate) and one wait plus the busiest of what it shares: its link, its CPU's
+    copy, its node's pipe, the egress (each carrying every byte behind it), the machine's cores
+    and the store's request rate. The waits hide behind a shared pipe: while one of its streams
+    waits for a reply, the others' bytes keep the pipe busy."""
     loads = list(loads)[:topology.n_ranks]
     parts = [_rank_parts(cost, load) for load in loads]
     node_wire = [0] * topology.n_nodes
     machine_cpu_s = [0.0] * len(topology.cores_of_machine)
-    for rank, (load, (_, cpu_requests_s, bytes_terms)) in enumerate(zip(loads, parts)):
+    for rank, (load, part) in enumerate(zip(loads, parts)):
         node_wire[topology.node_of_rank[rank]] += load.wire_bytes
         if topology.cores_of_machine:
-            machine_cpu_s[topology.machine_of_rank[rank]] += cpu_requests_s + bytes_terms[CPU]
+            machine_cpu_s[topology.machine_of_rank[rank]] += part.cpu_requests_s + part.bytes_terms[CPU]
     egress_s = sum(node_wire) / shared.egress_bytes_per_s if shared.egress_bytes_per_s else 0.0
     requests_s = sum(load.n_requests for load in loads) / shared.requests_per_s if shared.requests_per_s else 0.0
     terms: dict[str, float] = {}
     best = (0.0, LATENCY)
-    for rank, (load, (latency_s, cpu_requests_s, bytes_terms)) in enumerate(zip(loads, parts)):
+    for rank, (load, part) in enumerate(zip(loads, parts)):
         if load.n_requests == 0:
             continue
+        bytes_terms = dict(part.bytes_terms)
         node = topology.node_of_rank[rank]
         bytes_terms[shared.node_term] = node_wire[node] / shared.node_bytes_per_s if shared.node_bytes_per_s else 0.0
         bytes_terms[EGRESS] = egress_s
@@ -229,16 +246,21 @@ def predict_job(cost: CostModel, shared: SharedCapacity, topology: Topology, loa
         # What each term would take on its own: the CPU's requests and bytes together.
         # The store's shared request rate and the machine's cores are throughputs every rank's
         # requests pass through, alongside the rank's own work (not after it): the largest binds.
-        own = {**bytes_terms, LATENCY: latency_s, CPU: cpu_requests_s + bytes_terms[CPU], CORES: cores_s,
+        own = {**bytes_terms, LATENCY: part.waits_s, CPU: part.cpu_requests_s + bytes_terms[CPU], CORES: cores_s,
                REQUESTS: requests_s}
         for key, value in own.items():
             terms[key] = max(terms.get(key, 0.0), value)
-        busiest, busy_s = max(((name, cpu_requests_s + bytes_s), (CORES, cores_s), (REQUESTS, requests_s)),
+        busiest, busy_s = max(((name, part.cpu_requests_s + bytes_s), (CORES, cores_s), (REQUESTS, requests_s)),
                               key=lambda kv: kv[1])
-        total_s = shared.startup_s + latency_s + busy_s
+        chain_s = part.waits_s + part.cpu_requests_s + part.chain_bytes_s
+        piped_s = cost.waiting_s + busy_s
+        if chain_s > piped_s:  # its own waits and connections bind: name the larger of the two
+            binding = LATENCY if part.waits_s >= part.chain_bytes_s else next(k for k in part.bytes_terms if k != CPU)
+        else:
+            binding = max(((CPU, own[CPU]), (busiest, own[busiest])), key=lambda kv: kv[1])[0]
+        total_s = shared.startup_s + max(chain_s, piped_s)
         if total_s > best[0]:
-            best = (total_s, max(((LATENCY, latency_s), (CPU, own[CPU]), (busiest, own[busiest])),
-                                 key=lambda kv: kv[1])[0])
+            best = (total_s, binding)
     if shared.startup_s and best[0] > 0:
         terms[STARTUP] = shared.startup_s
     return JobPrediction(best[0], best[1], terms, topology, shared.source)
