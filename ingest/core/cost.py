@@ -84,11 +84,16 @@ class CostModel:
         share of the bytes at what one connection gets (or the client's copy, if slower). Where
         each connection is capped this is the read's time: a thread that waits lends nothing.
         Where one link is shared, the other threads' bytes fill a thread's waits (pipe_s)."""
+        return self.waits_s(n_requests, threads) + self.chain_bytes_s(n_requests, wire_bytes, threads)
+
+    def chain_bytes_s(self, n_requests: int, wire_bytes: int, threads: int) -> float:
+        """The busiest thread's share of the bytes (its ceil(n / threads) requests) at what one
+        connection gets, or at the client's copy where that is slower: chain_s without the waits."""
         if n_requests <= 0:
             return 0.0
         waves = -(-n_requests // max(1, threads))
         per_byte_s = max(1.0 / self.stream_bytes_per_s, self.cpu_per_byte_s)
-        return self.waits_s(n_requests, threads) + waves * (wire_bytes / n_requests) * per_byte_s
+        return waves * (wire_bytes / n_requests) * per_byte_s
 
     def pipe_s(self, n_requests: int, wire_bytes: int, threads: int) -> float:
         """Every byte through the link the threads share, and through the client's copy, after

@@ -194,7 +194,7 @@ class _RankParts(NamedTuple):
 
     waits_s: float  # its requests' waits, as far as its requests in flight overlap them
     cpu_requests_s: float  # its CPU per request, which adds whatever the threads
-    chain_bytes_s: float  # its busiest thread's bytes at one connection's rate (CostModel.chain_s)
+    chain_bytes_s: float  # its busiest thread's bytes at one connection's rate (CostModel.chain_bytes_s)
     bytes_terms: dict  # what its threads share: its link (or its capped connections) and its CPU's copy
 
 
@@ -202,8 +202,7 @@ def _rank_parts(cost: CostModel, load: RankLoad) -> _RankParts:
     n, wire, threads = load.n_requests, load.wire_bytes, load.threads
     link_s = cost.link_s(n, wire, threads)
     streams_bind = link_s * cost.bandwidth_bytes_per_s > wire * (1 + 1e-9)  # slower than the rank's link
-    waits_s = cost.waits_s(n, threads) if n else 0.0
-    return _RankParts(waits_s, n * cost.cpu_per_request_s, cost.chain_s(n, wire, threads) - waits_s,
+    return _RankParts(cost.waits_s(n, threads), n * cost.cpu_per_request_s, cost.chain_bytes_s(n, wire, threads),
                       {CPU: wire * cost.cpu_per_byte_s, CONNECTION if streams_bind else RANK_LINK: link_s})
 
 
