@@ -148,8 +148,9 @@ def run(env: common.BenchEnv, args) -> dict:
                  **noise_reference(cells)},
         "notes": ["measured / predicted per run: the report's makespan over its settings.prediction.makespan_s, "
                   "made by the planner before the read: the median of the endpoint's earlier jobs of this shape "
-                  "(the warm-up's and earlier rounds', ingest/core/history.py) where the model agreed with them "
-                  "within core.history.MODEL_AGREES (3x), else the model's.",
+                  "(the warm-up's and earlier rounds', ingest/core/history.py), with this job's probed model as one "
+                  "more vote, where the model agreed with them within core.history.MODEL_AGREES (3x), else the "
+                  "model's.",
                   "measured / model: the same makespan over the model alone (settings.prediction.model_makespan_s: "
                   "the probe's rounds, before any earlier job's).",
                   "fixed_best: the runs one fixed prediction per cell could hold at most (bench.predictions."
