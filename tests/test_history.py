@@ -57,6 +57,8 @@ def test_the_median_of_the_newest_similar_jobs_scaled_to_this_one_predicts():
     voted = with_history(model(1.5), SHAPE, past, 3600.0, ENDPOINT)
     assert voted.makespan_s == pytest.approx(1.25) and voted.model_makespan_s == 1.5
     assert voted.history.endswith("took 1.2 s; with this job's probed model (1.5 s) as one more vote, 1.25 s")
+    # a job from the future (a clock set back) is not history
+    assert with_history(model(1.5), SHAPE, [PastJob(SHAPE, 1.0, 5000.0)], 3600.0, ENDPOINT) == model(1.5)
 
 
 def test_one_slow_earlier_job_does_not_set_the_prediction_alone():
@@ -64,8 +66,6 @@ def test_one_slow_earlier_job_does_not_set_the_prediction_alone():
     slow, then_fast = PastJob(SHAPE, 1.43, 0.0), PastJob(SHAPE, 0.495, 1.0)
     assert with_history(model(0.394), SHAPE, [slow], 60.0, ENDPOINT).makespan_s == 0.394  # over 3x: it stands
     assert with_history(model(0.331), SHAPE, [slow, then_fast], 60.0, ENDPOINT).makespan_s == pytest.approx(0.495)
-    # a job from the future (a clock set back) is not history
-    assert with_history(model(1.5), SHAPE, [PastJob(SHAPE, 1.0, 5000.0)], 3600.0, ENDPOINT) == model(1.5)
 
 
 @given(st.floats(0.01, 100.0), st.floats(0.01, 100.0), st.booleans())
