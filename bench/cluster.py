@@ -35,6 +35,7 @@ from bench import common
 from ingest.driver.mpi import cpus
 from ingest.testbed.cluster import Cluster, load_spec, unavailable_reason
 from ingest.testbed.cluster.limits import spec_limit
+from ingest.testbed.signals import unwind_on_signals
 from ingest.testbed.synth import write_cube
 
 NAME = "cluster"
@@ -295,6 +296,7 @@ def to_markdown(results: dict) -> str:
 
 
 def main(argv=None) -> int:
+    unwind_on_signals()  # killed, it still tears its cluster down (ingest.testbed.signals)
     args = build_parser().parse_args(argv)
     if args.summarize:
         with open(args.summarize) as fh:

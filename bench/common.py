@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from ingest.testbed.localserver import LocalS3Server, find_tool
+from ingest.testbed.signals import unwind_on_signals
 from ingest.transports.presign import presign_url
 from ingest.testbed.synth import write_cube
 from ingest.units import GiB, MiB
@@ -507,6 +508,7 @@ def gib(n_bytes: float) -> float:
 def bench_main(module, argv=None, **settle_kw) -> int:
     """`python -m bench.NAME`: parse the module's options (settle_kw: its full/quick sizes), run it
     on a fresh server, write its JSON, print its markdown. Every bench module's main() is this."""
+    unwind_on_signals()  # killed, it still stops its server and Toxiproxy (ingest.testbed.signals)
     args = settle(module.build_parser().parse_args(argv), **settle_kw)
     with BenchEnv(cache_dir=args.cache_dir) as env:
         results = module.run(env, args)

@@ -38,6 +38,7 @@ from bench.memory import SLACK_BYTES
 from ingest.testbed.cluster import Cluster, load_spec, unavailable_reason
 from ingest.testbed.cluster.limits import STORE_EGRESS, spec_limit
 from ingest.testbed.cluster.netns import call_in_netns, capped_bytes
+from ingest.testbed.signals import unwind_on_signals
 from ingest.testbed.synth import write_cube
 
 NAME = "publish"  # the file it merges into
@@ -306,6 +307,7 @@ def build_parser():
 
 
 def main(argv=None) -> int:
+    unwind_on_signals()  # killed, it still tears its clusters down (ingest.testbed.signals)
     args = build_parser().parse_args(argv)
     section = run(args)
     results = stored(args.results_dir) or {"schema_version": common.SCHEMA_VERSION, "bench": NAME}

@@ -21,6 +21,7 @@ if __package__ in (None, ""):  # run as a file (python bench/run_all.py): make `
 
 from bench import (common, engine, hdf5, memory, open_vs_read, predictions, prestage, publish, scaling, seed001,
                    staging, strategies, subcube, whole_object)
+from ingest.testbed.signals import unwind_on_signals
 
 # The registry: a benchmark is a module with NAME, build_parser, run(env, args),
 # to_markdown(results), added here (in the order they run and print).
@@ -73,6 +74,7 @@ def targets_table(results_list: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
+    unwind_on_signals()  # killed, it still stops its server and Toxiproxy (ingest.testbed.signals)
     args = common.settle(build_parser().parse_args(argv))
     if args.summarize:
         loaded = [json.loads(open(path).read()) for path in args.summarize]

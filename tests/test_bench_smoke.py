@@ -293,3 +293,45 @@ def test_fixed_best_is_the_most_runs_one_prediction_holds(makespans):
     assert fixed_best(makespans) == brute
     assume(abs(spread(makespans) - hi / lo) > 1e-9)  # not on the edge, where rounding decides
     assert (fixed_best(makespans) == len(makespans)) == (spread(makespans) < hi / lo)
+
+
+def _children(pid: int, name: str) -> list[int]:
+    """Processes whose parent is `pid` and whose command line names `name`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmdline = fh.read()
+        except OSError:
+            continue
+        if ppid == pid and name.encode() in cmdline:
+            found.append(int(entry))
+    return found
+
+
+def test_a_killed_benchmark_stops_its_server(tmp_path):
+    """SIGTERM (kill, a batch job's time limit) unwinds a benchmark: its versitygw, started in a
+    session of its own, stops with it instead of running on orphaned."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "bench.predictions", *TINY, "--results-dir", str(tmp_path)],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not (servers := _children(proc.pid, "versitygw")) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            time.sleep(0.05)
+        assert servers, "the benchmark started no versitygw within 60 s"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+        for pid in servers:
+            assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -21,6 +21,7 @@ import time
 import weakref
 
 from ingest.errors import IngestError, TransportError
+from ingest.testbed.signals import UNWIND_SIGNALS, unwind_on_signals
 
 TOOL_DIR_DEFAULT = os.path.join("~", ".local", "share", "ingest", "bin")
 REGION = "us-east-1"
@@ -271,11 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bucket", action="append", default=[], help="create this bucket (repeatable)")
     args = parser.parse_args(argv)
 
-    def _exit_on_signal(signum, frame):
-        raise SystemExit(128 + signum)  # unwinds through `with`, which stops the server
-
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(sig, _exit_on_signal)
+    unwind_on_signals((*UNWIND_SIGNALS, signal.SIGINT))  # `with` below stops the server
     try:
         with LocalS3Server(root=args.root, port=args.port) as server:
             for bucket in args.bucket:

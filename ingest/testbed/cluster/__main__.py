@@ -28,6 +28,7 @@ from ingest.errors import ConfigError, IngestError
 from ingest.testbed.cluster import netns
 from ingest.testbed.cluster.cluster import LAUNCHERS, PREFIX, Cluster
 from ingest.testbed.cluster.spec import load_spec
+from ingest.testbed.signals import unwind_on_signals
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "..", "configs", "cluster.toml")
 _OWNED = re.compile(rf"^({PREFIX}(\d+)-\d+)-")
@@ -122,14 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "down":
         return _sweep()
 
-    def _exit_on_signal(signum, frame):
-        raise SystemExit(128 + signum)  # unwinds through `with`, which tears the cluster down
-
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _exit_on_signal)
-    # Also when started in the background, where the shell leaves SIGINT ignored: Ctrl-C or
-    # kill -INT must always reach the teardown.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    unwind_on_signals()  # `with Cluster` below tears the cluster down on SIGTERM, SIGHUP, Ctrl-C
     try:
         spec = load_spec(os.path.normpath(args.config), _overrides(args.set))
         with Cluster(spec, launcher=args.launcher) as cluster:
