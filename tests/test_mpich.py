@@ -23,7 +23,9 @@ SHAPE = (24, 40, 36)  # numpy order (z, y, x), int16
 N_RANKS = 4
 # float32, 17 MiB: four 5 MiB parts for publish (S3's smallest part) over three ranks
 PUBLISH_SHAPE = (52, 256, 320)
-# Each rank says what ingest's MPI plumbing sees: its world, the launcher's count, its node.
+# Each rank says what ingest's MPI plumbing sees: its world, the launcher's count, its node; rank 0
+# prints them all on one line (hydra forwards the ranks' stdout in chunks: printed by every rank,
+# two ranks' lines once arrived joined as one).
 # Ranks per node come from processor names: ranks_per_node(comm), or topology(comm) where the
 # driver has that instead.
 PROBE = """
@@ -32,8 +34,10 @@ from mpi4py import MPI
 import ingest.driver.mpi as mpi
 comm = mpi.world()
 per_node = mpi.topology(comm).most_per_node if hasattr(mpi, "topology") else mpi.ranks_per_node(comm)
-print(json.dumps({"rank": comm.Get_rank(), "size": comm.Get_size(), "ranks_per_node": per_node,
-                  "launcher": mpi.launcher_tasks(os.environ), "library": MPI.Get_library_version()}), flush=True)
+seen = comm.gather({"rank": comm.Get_rank(), "size": comm.Get_size(), "ranks_per_node": per_node,
+                    "launcher": mpi.launcher_tasks(os.environ), "library": MPI.Get_library_version()}, root=0)
+if comm.Get_rank() == 0:
+    print(json.dumps(seen), flush=True)
 """
 
 
@@ -53,8 +57,9 @@ def cube(s3_server, tmp_path_factory):
 def test_hydra_world_matches_the_launcher_and_ranks_share_a_node(s3_server):
     proc, _ = mpiexec(3, [], child_env(), python_args=("-c", PROBE), family=FAMILY)
     assert proc.returncode == 0, proc.stderr
-    ranks = sorted((json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")),
-                   key=lambda r: r["rank"])
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("[")]
+    assert len(lines) == 1, proc.stdout
+    ranks = sorted(json.loads(lines[0]), key=lambda r: r["rank"])
     assert [r["rank"] for r in ranks] == [0, 1, 2]
     for r in ranks:
         assert r["library"].startswith("MPICH"), r["library"]
