@@ -18,6 +18,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from tests.proctools import processes
+
 REPO = Path(__file__).resolve().parent.parent
 TINY = ["--size-mib", "4", "--repeats", "1", "--warmup", "0", "--quiet"]
 MACHINE_KEYS = {"nproc", "memory_bytes", "python", "packages", "git", "loadavg"}
@@ -295,24 +297,6 @@ def test_fixed_best_is_the_most_runs_one_prediction_holds(makespans):
     assert (fixed_best(makespans) == len(makespans)) == (spread(makespans) < hi / lo)
 
 
-def _children(pid: int, name: str) -> list[int]:
-    """Processes whose parent is `pid` and whose command line names `name`."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                cmdline = fh.read()
-        except OSError:
-            continue
-        if ppid == pid and name.encode() in cmdline:
-            found.append(int(entry))
-    return found
-
-
 def test_a_killed_benchmark_stops_its_server(tmp_path):
     """SIGTERM (kill, a batch job's time limit) unwinds a benchmark: its versitygw, started in a
     session of its own, stops with it instead of running on orphaned."""
@@ -323,14 +307,13 @@ def test_a_killed_benchmark_stops_its_server(tmp_path):
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60
-        while not (servers := _children(proc.pid, "versitygw")) and time.monotonic() < deadline:
+        while not (servers := processes("versitygw", parent=proc.pid)) and time.monotonic() < deadline:
             assert proc.poll() is None, proc.stderr.read().decode()
             time.sleep(0.05)
         assert servers, "the benchmark started no versitygw within 60 s"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 128 + signal.SIGTERM
-        for pid in servers:
-            assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+        assert not set(servers) & set(processes("versitygw")), "the killed benchmark left its versitygw running"
     finally:
         if proc.poll() is None:
             proc.kill()

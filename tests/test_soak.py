@@ -18,6 +18,7 @@ from ingest.study import children, soak
 from ingest.errors import ConfigError
 from ingest.transports.presign import presign_url
 from ingest.testbed.synth import write_cube
+from tests.proctools import processes
 
 SHAPE = (16, 32, 32)  # numpy order; float32: 64 KiB of data, so a run is all startup
 DATA_BYTES = 16 * 32 * 32 * 4
@@ -68,19 +69,6 @@ def rows(db, where="1"):
     conn.row_factory = sqlite3.Row
     found = [dict(r) for r in conn.execute(f"SELECT * FROM soak_runs WHERE {where} ORDER BY soak_id, run")]
     conn.close()
-    return found
-
-
-def leftover_processes(marker: str) -> list[int]:
-    """Pids whose command line mentions marker (a soak id is in every run's --report path)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if marker.encode() in fh.read():
-                    found.append(int(pid))
-        except OSError:
-            pass
     return found
 
 
@@ -265,7 +253,7 @@ def test_a_run_past_run_timeout_is_killed_and_recorded_as_timeout(stall_url, env
     assert 2 <= r["runtime_s"] < 2 + children.KILL_GRACE_S + 1
     assert "--run-timeout-s 2" in r["stderr_head"]
     assert "deadbeefcafe" not in r["command"] and "AKIASTALLTEST" not in r["command"]
-    assert not leftover_processes(r["soak_id"]), "the killed run left processes behind"
+    assert not processes(r["soak_id"]), "the killed run left processes behind"
     (group,) = soak.summarize(db)["groups"]
     assert (group["failed"], group["timeouts"]) == (1, 1)
 
@@ -275,7 +263,7 @@ def test_ctrl_c_finishes_the_current_row_as_interrupted_and_prints_the_summary(s
     proc = subprocess.Popen([sys.executable, "-m", "ingest", "soak", "--runs", "3", "--db", db, "--label", "hang",
                              "--", "--source", stall_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 20
-    while not leftover_processes(" ".join(["run", "--source", stall_url]).replace(" ", "\0")):
+    while not processes(" ".join(["run", "--source", stall_url]).replace(" ", "\0")):
         assert time.monotonic() < deadline and proc.poll() is None, "the soak never started its run"
         time.sleep(0.1)
     time.sleep(0.5)
@@ -285,7 +273,7 @@ def test_ctrl_c_finishes_the_current_row_as_interrupted_and_prints_the_summary(s
     (r,) = rows(db)
     assert r["outcome"] == "interrupted" and r["run"] == 1
     assert "| hang " in out and "1 interrupted run(s) not counted" in out
-    assert not leftover_processes(r["soak_id"])
+    assert not processes(r["soak_id"])
 
 
 def test_example_soak_config_is_a_valid_run_config():
