@@ -505,13 +505,17 @@ def gib(n_bytes: float) -> float:
     return n_bytes / GiB
 
 
-def bench_main(module, argv=None, **settle_kw) -> int:
+def bench_main(module, argv=None, server: bool = True, **settle_kw) -> int:
     """`python -m bench.NAME`: parse the module's options (settle_kw: its full/quick sizes), run it
-    on a fresh server, write its JSON, print its markdown. Every bench module's main() is this."""
+    on a fresh server (server=False: with env None, for a benchmark that reads no object), write
+    its JSON, print its markdown. Every bench module's main() is this."""
     unwind_on_signals()  # killed, it still stops its server and Toxiproxy (ingest.testbed.signals)
     args = settle(module.build_parser().parse_args(argv), **settle_kw)
-    with BenchEnv(cache_dir=args.cache_dir) as env:
-        results = module.run(env, args)
+    if server:
+        with BenchEnv(cache_dir=args.cache_dir) as env:
+            results = module.run(env, args)
+    else:
+        results = module.run(None, args)
     path = write_results(module.NAME, results, args.results_dir)
     print(module.to_markdown(results))
     print(f"\nwrote {path}")

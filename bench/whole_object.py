@@ -27,6 +27,7 @@ import numpy as np
 
 import ingest
 from bench import common, links, reads
+from ingest import buffers
 from ingest.redact import redact_url
 from ingest.testbed.synth import voxel_values
 from ingest.units import MiB
@@ -136,19 +137,20 @@ def curl_candidate(name: str, url: str, cube: common.Cube, server_pid: int, *,
 
 
 def touch_candidate(name: str, cube: common.Cube, server_pid: int) -> common.Candidate:
-    """No I/O: allocate and fill a fresh array of the data's size, the floor of any reader that
-    returns a new numpy array (the kernel zeroes every page it hands out)."""
+    """No I/O: allocate and fill a fresh array of the data's size as ingest allocates its outputs
+    (ingest.buffers), the floor of any reader that returns a new array (the kernel zeroes every
+    page it hands out)."""
 
     def run() -> dict:
         srv0, cpu0, t0 = common.cpu_pid_s(server_pid), common.cpu_self_s(), time.perf_counter()
-        data = np.empty(cube.data_bytes, dtype=np.uint8)
+        data = buffers.empty(cube.data_bytes, np.uint8)
         data.fill(1)
         elapsed_s = time.perf_counter() - t0
         cpu_s, srv_s = common.cpu_self_s() - cpu0, common.cpu_pid_s(server_pid) - srv0
         del data
         return _sample(cube.data_bytes, elapsed_s, cpu_s, srv_s)
 
-    return common.Candidate(name, run, {"reader": "numpy: np.empty(data_bytes).fill(1), no I/O (diagnostic)"})
+    return common.Candidate(name, run, {"reader": "ingest.buffers.empty(data_bytes).fill(1), no I/O (diagnostic)"})
 
 
 def _sample(nbytes: int, elapsed_s: float, cpu_s: float, server_cpu_s: float) -> dict:

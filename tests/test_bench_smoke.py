@@ -224,6 +224,20 @@ def test_predictions_script(tmp_path):
     assert "| a fixed prediction holds |" in out and "One fixed prediction per cell could hold at most 2 of 2" in out
 
 
+def test_pages_script(tmp_path):
+    """No server: fresh processes fill a numpy buffer and an ingest one, alternately."""
+    out = _run(["-m", "bench.pages", "--pause-s", "0"], tmp_path, timeout_s=60)
+    assert "| ingest |" in out and "| numpy |" in out and "| spread_ingest |" in out
+    results = _load(tmp_path, "pages")
+    _check_ratios(results, {"fill_wall_ingest_over_numpy", "spread_ingest", "spread_numpy"}, {"spread_ingest"})
+    for name in ("numpy", "ingest"):
+        (sample,) = results["candidates"][name]["samples"]
+        assert sample["bytes"] == 4 << 20 and sample["fill_wall_s"] > 0
+    if sys.platform.startswith("linux"):
+        # 4 KiB pages: one fault per page touched, so ingest's buffer took no huge page
+        assert results["candidates"]["ingest"]["samples"][0]["minor_faults"] >= (4 << 20) // 4096
+
+
 def test_quick_is_the_default_of_every_bench():
     """--quick reaches every benchmark through the runner, and fills only what was not given."""
     from bench import common, run_all

@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from ingest import buffers
 from ingest.config.settings import Settings
 from ingest.engine.destination import Destination
 from ingest.engine.executor import ReadStats, execute
@@ -96,7 +97,7 @@ def read_selection(
     """Execute a plan into a fresh array and convert it as astropy would (convert=False: the raw
     stored values in the selection's box shape, e.g. to write them out unchanged)."""
     if isinstance(plan, Plan):
-        raw = np.empty(sel.box_shape, dtype=layout.raw_dtype)
+        raw = buffers.empty(sel.box_shape, layout.raw_dtype)
         stats = execute(plan, transport, raw, threads=threads, progress=progress, retry=retry, order=order)
     else:
         raw, stats = _read_stored_box(transport, layout, sel, plan, threads=threads, progress=progress, retry=retry,
@@ -111,7 +112,7 @@ def read_selection(
 
 def _read_stored_box(transport, layout, sel: Selection, plan, **options):
     """HDF5 chunked, compact or never-written data: the bounding box, then the selection's steps."""
-    box = np.empty(tuple(b - a for a, b in sel.box), dtype=layout.raw_dtype)
+    box = buffers.empty(tuple(b - a for a, b in sel.box), layout.raw_dtype)
     stats = fill_box(box, transport, layout, sel.box, plan, **options)
     stepped = box[tuple(slice(None, None, step) for step in sel.steps)]
     return np.ascontiguousarray(stepped), stats

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ingest import buffers
 from ingest.core.byteruns import box_item_range, box_runs, cube_item, range_blocks
 from ingest.staging.multipart import part_matches
 from ingest.units import MiB
@@ -149,7 +150,7 @@ class Rounds:
         n_buffers = min(parts_in_flight, max(1, len(plan.rounds)))
         part_bytes = max(hi - lo for lo, hi in plan.parts)
         for _ in range(n_buffers):
-            self.free.put(np.empty(part_bytes, np.uint8))
+            self.free.put(buffers.empty(part_bytes, np.uint8))
         self.pool = ThreadPoolExecutor(max_workers=n_buffers, thread_name_prefix="ingest-publish")
         self.send_buffer = None  # made on first use: a rank that only aggregates never needs it
         itemsize = self.out_dtype.itemsize

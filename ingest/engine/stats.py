@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ingest import buffers
 from ingest.transports.retry import FaultLog
 
 
@@ -38,11 +39,11 @@ class Worker:
         self._buf: np.ndarray | None = None
 
     def buffer(self, nbytes: int) -> np.ndarray:
-        # np.empty, not bytearray: a bytearray zeroes every page up front, and with 64 slots of
-        # 16 MiB that memset (and its page faults) cost more than the reads it served. Pages
-        # the reads never reach are then never touched.
+        # Not bytearray: a bytearray zeroes every page up front, and with 64 slots of 16 MiB that
+        # memset (and its page faults) cost more than the reads it served. Pages the reads never
+        # reach are then never touched (and never huge pages: ingest.buffers says why).
         if self._buf is None or len(self._buf) < nbytes:
-            self._buf = np.empty(max(nbytes, self.size_bytes), dtype=np.uint8)
+            self._buf = buffers.empty(max(nbytes, self.size_bytes), np.uint8)
         return self._buf
 
 

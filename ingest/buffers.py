@@ -1,0 +1,50 @@
+"""Large buffers that a read fills once: output arrays, per-thread slots, upload parts.
+
+Why not np.empty: on Linux numpy advises transparent huge pages (MADV_HUGEPAGE) for every
+array of 4 MiB or more. Under the kernel's default THP defrag setting ("madvise") a fault in
+such a region may stop to compact memory, and in a VM that hands free memory back to its host
+(free page reporting, in 2 MiB blocks) it may wait for the host to fetch a whole block back.
+So the first touch of a fresh output costs a different amount every time: `python -m
+bench.pages` measures it side by side on this machine (BENCHMARKS.md, "First touch"). A read
+writes each page once at the network's pace, where huge pages' gain (fewer TLB misses) is
+small; 4 KiB pages cost the same every time, so a job's makespan is one that can be predicted.
+
+The trade, measured by that benchmark: when the kernel has free huge pages at hand (a process
+that just freed them), numpy's fill is up to 4x faster; after a second of idle it was 1.3-3.5x
+slower here, and 17x apart from run to run. Whoever wants numpy's behaviour back sets numpy's own
+switch, NUMPY_MADVISE_HUGEPAGE=1, and these buffers then come from np.empty too.
+
+Arrays smaller than MAPPED_MIN_BYTES come from np.empty as before: they are below numpy's own
+huge-page threshold, and a mapping per small array would waste a system call and its rounding.
+"""
+from __future__ import annotations
+
+import math
+import mmap
+import os
+
+import numpy as np
+
+MAPPED_MIN_BYTES = 4 << 20  # numpy advises huge pages from here up
+
+# Where the platform has no private anonymous mapping with madvise (Windows), np.empty serves.
+_CAN_MAP = hasattr(mmap, "MAP_ANONYMOUS") and hasattr(mmap, "MAP_PRIVATE") and hasattr(mmap.mmap, "madvise")
+# numpy reads this once, at import; so do these buffers (numpy's "Global state" documents it).
+HUGE_PAGES_ASKED = os.environ.get("NUMPY_MADVISE_HUGEPAGE") == "1"
+
+
+def empty(shape, dtype) -> np.ndarray:
+    """An uninitialised C-ordered array, like np.empty, whose pages are never huge pages."""
+    dtype = np.dtype(dtype)
+    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
+    count = math.prod(shape)
+    nbytes = count * dtype.itemsize
+    if nbytes < MAPPED_MIN_BYTES or not _CAN_MAP or HUGE_PAGES_ASKED:
+        return np.empty(shape, dtype)
+    # Private and anonymous: plain process memory (a shared anonymous map would be shmem).
+    mapping = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):
+        # Explicit, so that a kernel set to THP "always" does not hand this range huge pages either.
+        mapping.madvise(mmap.MADV_NOHUGEPAGE)
+    # The array holds the mapping (its .base); the pages go back when the last view is gone.
+    return np.frombuffer(mapping, dtype=dtype, count=count).reshape(shape)
