@@ -33,13 +33,18 @@ _CAN_MAP = hasattr(mmap, "MAP_ANONYMOUS") and hasattr(mmap, "MAP_PRIVATE") and h
 HUGE_PAGES_ASKED = os.environ.get("NUMPY_MADVISE_HUGEPAGE") == "1"
 
 
-def empty(shape, dtype) -> np.ndarray:
-    """An uninitialised C-ordered array, like np.empty, whose pages are never huge pages."""
+def empty(shape, dtype, *, fresh: bool = False) -> np.ndarray:
+    """An uninitialised C-ordered array, like np.empty, whose pages are never huge pages.
+
+    fresh=True maps it whatever its size, so that every page is new to the process and its first
+    write pays the kernel's fault and zeroing: what a job's output costs, which a probe must
+    measure too (malloc would hand a small read memory an earlier one had already touched)."""
     dtype = np.dtype(dtype)
     shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
     count = math.prod(shape)
     nbytes = count * dtype.itemsize
-    if nbytes < MAPPED_MIN_BYTES or not _CAN_MAP or HUGE_PAGES_ASKED:
+    small = nbytes == 0 or (nbytes < MAPPED_MIN_BYTES and not fresh)
+    if small or not _CAN_MAP or HUGE_PAGES_ASKED:
         return np.empty(shape, dtype)
     # Private and anonymous: plain process memory (a shared anonymous map would be shmem).
     mapping = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)

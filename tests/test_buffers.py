@@ -62,6 +62,10 @@ def test_a_large_buffer_is_advised_never_to_use_huge_pages_and_a_small_one_is_np
     small = buffers.empty(buffers.MAPPED_MIN_BYTES // 8 - 1, "<f8")
     assert small.flags.owndata  # np.empty's own allocation, no mapping of its own
     assert not big.flags.owndata
+    # fresh: a small buffer gets pages of its own too (a probe's read costs what a job's output does)
+    fresh = buffers.empty(4096, np.uint8, fresh=True)
+    assert not fresh.flags.owndata and "nh" in _vm_flags(fresh.__array_interface__["data"][0])
+    assert buffers.empty(0, np.uint8, fresh=True).shape == (0,)
 
 
 def test_a_read_fills_an_output_that_never_uses_huge_pages(tmp_path):

@@ -29,6 +29,9 @@ import threading
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
+from ingest import buffers
 from ingest.core.linkprobe import (ASSUMED_CPU_PER_BYTE_S, LATENCY_THREADS, LATENCY_WAVE, ROUNDS, SCALING_FRACTION,
                                    LinkProbe)
 from ingest.core.rounds import StreamSpan
@@ -44,8 +47,9 @@ SHARED_SCALING_MAX = 1.15
 
 
 def _timed_read(transport: Transport, offset: int, nbytes: int) -> tuple[float, float]:
-    """(seconds to first byte, total seconds) of one ranged read."""
-    buf = bytearray(nbytes)
+    """(seconds to first byte, total seconds) of one ranged read, into pages new to the process
+    as a job's output is (the CPU a byte costs includes its page's first touch)."""
+    buf = buffers.empty(nbytes, np.uint8, fresh=True)
     t0 = time.perf_counter()
     ttfb_s = transport.read_into(memoryview(buf), offset)
     return ttfb_s, time.perf_counter() - t0
