@@ -9,9 +9,10 @@ bench.pages` measures it side by side on this machine (BENCHMARKS.md, "First tou
 writes each page once at the network's pace, where huge pages' gain (fewer TLB misses) is
 small; 4 KiB pages cost the same every time, so a job's makespan is one that can be predicted.
 
-The trade, measured by that benchmark: when the kernel has free huge pages at hand (a process
-that just freed them), numpy's fill is up to 4x faster; after a second of idle it was 1.3-3.5x
-slower here, and 17x apart from run to run. Whoever wants numpy's behaviour back sets numpy's own
+The trade, measured by that benchmark: after 1.5 s idle numpy's fill of 256 MiB was 1.9-3.7x
+slower than 4 KiB pages' and spread 1.9x from run to run (4 KiB pages: 1.03x); with no pause,
+when the kernel has huge pages at hand that a process just freed, it was 3.3x faster in the
+median run and 2.2x slower in the worst. Whoever wants numpy's behaviour back sets numpy's own
 switch, NUMPY_MADVISE_HUGEPAGE=1, and these buffers then come from np.empty too.
 
 Arrays smaller than MAPPED_MIN_BYTES come from np.empty as before: they are below numpy's own
