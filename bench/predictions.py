@@ -152,7 +152,8 @@ def run(env: common.BenchEnv, args) -> dict:
                   "more vote, where the model agreed with them within core.history.MODEL_AGREES (3x), else the "
                   "model's.",
                   "measured / model: the same makespan over the model alone (settings.prediction.model_makespan_s: "
-                  "the probe's rounds, before any earlier job's).",
+                  "the probe's rounds, with the node's pipe at least what an earlier job moved through one node, "
+                  "before the earlier jobs of this shape vote).",
                   "fixed_best: the runs one fixed prediction per cell could hold at most (bench.predictions."
                   "fixed_best), a reference for what the runs' own spread allows."],
     }
@@ -163,7 +164,7 @@ def to_markdown(results: dict) -> str:
     out = [f"### Predicted against measured, {cfg['method']}, cube {tuple(cfg['cube']['shape'])} "
            f"({cfg['cube']['data_bytes'] / MiB:.0f} MiB), {cfg['repeats']} interleaved rounds", "",
            f"measured / predicted within {held['range'][0]}-{held['range'][1]} in {held['within']} of "
-           f"{held['runs']} runs" + (f"; the model alone (the probe's rounds, no earlier job) in "
+           f"{held['runs']} runs" + (f"; the model alone (the probe's rounds; no earlier job's time) in "
                                      f"{held['within_model_alone']}." if "within_model_alone" in held else "."), ""]
     noise = noise_reference(results["cells"])
     out += [f"One fixed prediction per cell could hold at most {noise['fixed_best']} of {held['runs']} runs (the "

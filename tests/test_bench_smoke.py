@@ -218,7 +218,7 @@ def test_predictions_script(tmp_path):
         # the first job of its shape in the bench's fresh link cache: the model alone predicts it
         assert sample["history"] is None and sample["model_s"] == sample["predicted_s"]
         assert sample["measured_over_model"] == sample["measured_over_predicted"]
-    assert results["held"]["runs"] == 2 and "the model alone (the probe's rounds, no earlier job) in" in out
+    assert results["held"]["runs"] == 2 and "the model alone (the probe's rounds; no earlier job's time) in" in out
     # One run per cell: one fixed prediction holds it, and no cell spreads.
     assert (results["held"]["fixed_best"], results["held"]["cells_wider_than_band"]) == (2, 0)
     assert "| a fixed prediction holds |" in out and "One fixed prediction per cell could hold at most 2 of 2" in out

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from ingest.core.history import KEEP, MODEL_AGREES, NEWEST, JobShape, PastJob, with_history
-from ingest.core.sharing import CPU, REQUESTS, JobPrediction, RankLoad, Topology
+from ingest.core.history import KEEP, MODEL_AGREES, NEWEST, JobShape, PastJob, with_history, with_node_floor
+from ingest.core.sharing import CPU, REQUESTS, JobPrediction, RankLoad, SharedCapacity, Topology
 from ingest.engine import linkcache
 from ingest.units import MiB
 
@@ -23,7 +23,11 @@ def test_the_shape_is_the_busiest_rank_and_how_the_job_is_spread_and_planned():
     shape = JobShape.of("s3", TOPOLOGY, [RankLoad(3, 10, 4), RankLoad(2, 30, 4), RankLoad(9, 20, 4)], 8)
     assert (shape.ranks_per_node, shape.threads, shape.chunk_bytes) == ((2, 2), 4, 8)
     assert (shape.rank_wire_bytes, shape.rank_requests) == (30, 2)
+    # block(4, 2): ranks 0-1 on node 0 (10 + 30 bytes), rank 2 on node 1 (20), rank 3 reads nothing
+    assert (shape.node_wire_bytes, shape.streams_per_node) == (40, 8)
     assert JobShape.from_dict(shape.as_dict()) == shape
+    older = {k: v for k, v in shape.as_dict().items() if k != "node_wire_bytes"}  # kept before it was
+    assert JobShape.from_dict(older).node_wire_bytes == 0
     assert SHAPE.similar(SHAPE)
     for other in (JobShape("presigned", (2, 2), 4, 16 * MiB, 256 * MiB, 16),  # another method
                   JobShape("s3", (4,), 4, 16 * MiB, 256 * MiB, 16),  # one node, not two
@@ -96,3 +100,40 @@ def test_the_link_cache_keeps_the_newest_jobs_of_an_endpoint(tmp_path, monkeypat
     data = (tmp_path / "links.json").read_text().replace('"rank_requests"', '"requests_of_rank"', 1)
     (tmp_path / "links.json").write_text(data)
     assert len(linkcache.recall_jobs(ENDPOINT, now_s=2000.0)) == KEEP - 1
+
+
+def _ran(method: str, ranks_on_node: int, threads: int, node_bytes_per_s: float, at_s: float = 0.0) -> PastJob:
+    """An earlier job on one node that moved node_bytes_per_s through it, with no more bytes
+    than SHAPE's busiest node (512 MiB)."""
+    seconds = SHAPE.node_wire_bytes / node_bytes_per_s
+    return PastJob(JobShape(method, (ranks_on_node,), threads, 16 * MiB, 1, 1, SHAPE.node_wire_bytes), seconds, at_s)
+
+
+def test_an_earlier_job_floors_the_nodes_pipe_at_what_it_moved_through_one_node():
+    shared = SharedCapacity(node_bytes_per_s=800e6, source="measured: node round")
+    # this job: 2 ranks per node x 4 threads = 8 streams per node
+    past = [_ran("s3", 1, 2, 1.2e9, 10.0), _ran("s3", 2, 4, 1.0e9, 20.0)]
+    got = with_node_floor(shared, SHAPE, past, 100.0)
+    assert got.node_bytes_per_s == 1.2e9 and got.egress_bytes_per_s == shared.egress_bytes_per_s
+    assert got.source.startswith("measured: node round; ") and "at least 1200 MB/s" in got.source
+    assert got.source.endswith("a job of 1 rank(s) x 2 stream(s) on one node moved 90 s ago")
+
+
+@pytest.mark.parametrize("past", [
+    [_ran("presigned", 1, 2, 1.2e9)],  # another method
+    [_ran("s3", 4, 4, 1.2e9)],  # 16 streams on its node, this job 8: more streams move more under a cap
+    [PastJob(JobShape("s3", (1,), 2, 16 * MiB, 1, 1, 2 * SHAPE.node_wire_bytes), 0.5, 0.0)],  # a larger job
+    [_ran("s3", 1, 2, 1.2e9, at_s=500.0)],  # after now
+    [PastJob(JobShape("s3", (1,), 2, 16 * MiB, 1, 1), 1.0, 0.0)],  # a record without its node's bytes
+    [_ran("s3", 1, 2, 0.5e9)],  # less than the rounds saw
+    [_ran("s3", 1, 2, 0.81e9 * MODEL_AGREES * 1.25)],  # over MODEL_AGREES x the rounds: the link changed
+    [],
+])
+def test_the_floor_stands_only_for_a_like_job_that_moved_more(past):
+    shared = SharedCapacity(node_bytes_per_s=800e6, source="measured: node round")
+    assert with_node_floor(shared, SHAPE, past, 100.0) == shared
+
+
+def test_the_floor_makes_no_pipe_where_none_was_seen():
+    shared = SharedCapacity(source="measured: node round (ranks added up)")
+    assert with_node_floor(shared, SHAPE, [_ran("s3", 1, 2, 1.2e9)], 100.0) == shared

@@ -28,7 +28,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 
-from ingest.core.sharing import LATENCY, REQUESTS, JobPrediction, RankLoad, Topology
+from ingest.core.sharing import LATENCY, REQUESTS, JobPrediction, RankLoad, SharedCapacity, Topology
 from ingest.units import format_age
 
 SIMILAR = 1.5  # the busiest rank's bytes and requests within this factor: the same job, resized
@@ -53,13 +53,22 @@ class JobShape:
     chunk_bytes: int  # for the record: `similar` compares the requests, which show the size
     rank_wire_bytes: int  # the busiest rank's wire bytes
     rank_requests: int  # and its requests
+    node_wire_bytes: int = 0  # the busiest node's wire bytes, all its ranks together (0: not recorded)
 
     @classmethod
     def of(cls, method: str, topology: Topology, loads, chunk_bytes: int) -> "JobShape":
         loads = list(loads) or [RankLoad(0, 0, 1)]
         busiest = max(loads, key=lambda load: (load.wire_bytes, load.n_requests))
+        node_wire = [0] * topology.n_nodes
+        for rank, load in enumerate(loads[:topology.n_ranks]):
+            node_wire[topology.node_of_rank[rank]] += load.wire_bytes
         return cls(method, topology.ranks_per_node, busiest.threads, chunk_bytes, busiest.wire_bytes,
-                   busiest.n_requests)
+                   busiest.n_requests, max(node_wire, default=0))
+
+    @property
+    def streams_per_node(self) -> int:
+        """The most streams one node had open: its ranks' threads."""
+        return max(self.ranks_per_node, default=1) * self.threads
 
     def similar(self, other: "JobShape") -> bool:
         """The same method on the same ranks per node, and about the same load: bytes and requests
@@ -81,12 +90,14 @@ class JobShape:
     def as_dict(self) -> dict:
         return {"method": self.method, "ranks_per_node": list(self.ranks_per_node), "threads": self.threads,
                 "chunk_bytes": self.chunk_bytes, "rank_wire_bytes": self.rank_wire_bytes,
-                "rank_requests": self.rank_requests}
+                "rank_requests": self.rank_requests, "node_wire_bytes": self.node_wire_bytes}
 
     @classmethod
     def from_dict(cls, d: dict) -> "JobShape":
+        # node_wire_bytes: absent from records kept before it was (they then give no floor)
         return cls(str(d["method"]), tuple(int(n) for n in d["ranks_per_node"]), int(d["threads"]),
-                   int(d["chunk_bytes"]), int(d["rank_wire_bytes"]), int(d["rank_requests"]))
+                   int(d["chunk_bytes"]), int(d["rank_wire_bytes"]), int(d["rank_requests"]),
+                   int(d.get("node_wire_bytes", 0)))
 
 
 @dataclass(frozen=True)
@@ -103,6 +114,12 @@ class PastJob:
     @classmethod
     def from_dict(cls, d: dict) -> "PastJob":
         return cls(JobShape.from_dict(d), float(d["makespan_s"]), float(d["at_s"]))
+
+    @property
+    def node_bytes_per_s(self) -> float:
+        """What its busiest node moved per second, start-up and waits included: less than the
+        node's pipe carries, never more."""
+        return self.shape.node_wire_bytes / self.makespan_s if self.makespan_s > 0 else 0.0
 
 
 def _within(a: float, b: float, factor: float) -> bool:
@@ -133,3 +150,30 @@ def with_history(model: JobPrediction, shape: JobShape, past, now_s: float, endp
     return replace(model, makespan_s=voted_s, model_s=model.makespan_s,
                    history=f"{what}; with this job's probed model ({model.makespan_s:.3g} s) as one more vote, "
                            f"{voted_s:.3g} s")
+
+
+def with_node_floor(shared: SharedCapacity, shape: JobShape, past, now_s: float) -> SharedCapacity:
+    """`shared` with its node pipe raised to what an earlier job on the endpoint moved through one
+    node, where that is more. A round of a few tens of milliseconds can see less than the pipe
+    (on 2 shared cores its threads' start-up, its first pages); a finished job moved its bytes
+    for the whole length of a read, so a node's pipe carries at least that. Only jobs of the
+    same method with at most this job's streams per node count: under a per-connection cap,
+    more streams move more, and a job of 16 streams says nothing of what 8 get. The floor never
+    makes a pipe where none was seen to bind, and where the rounds saw less than the floor by
+    over MODEL_AGREES, the link changed since: the rounds stand. Nor does a larger job floor a
+    smaller one: a job's rate includes its start-up, which a smaller job amortises over fewer
+    bytes (seed 001's box, 53 MB, priced at the 512 MiB whole cube's rate was predicted 1.4x too
+    fast on loopback)."""
+    node = shared.node_bytes_per_s
+    if not node:
+        return shared
+    fits = [p for p in past if p.at_s <= now_s and p.shape.method == shape.method and p.shape.node_wire_bytes > 0
+            and p.shape.streams_per_node <= shape.streams_per_node
+            and p.shape.node_wire_bytes <= shape.node_wire_bytes]
+    best = max(fits, key=lambda p: p.node_bytes_per_s, default=None)
+    if best is None or best.node_bytes_per_s <= node or best.node_bytes_per_s > MODEL_AGREES * node:
+        return shared
+    ranks = max(best.shape.ranks_per_node, default=1)
+    what = (f"the node's pipe at least {best.node_bytes_per_s / 1e6:.0f} MB/s, as a job of {ranks} rank(s) "
+            f"x {best.shape.threads} stream(s) on one node moved {format_age(now_s - best.at_s)} ago")
+    return replace(shared, node_bytes_per_s=best.node_bytes_per_s, source=f"{shared.source}; {what}")
