@@ -2,10 +2,13 @@
 the link cache (engine/linkcache.py)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, strategies as st
 
-from ingest.core.history import KEEP, MODEL_AGREES, NEWEST, JobShape, PastJob, with_history, with_node_floor
+from ingest.core.history import KEEP, MODEL_AGREES, NEWEST, JobShape, PastJob, with_floors, with_history
+from ingest.core.cost import CostModel
 from ingest.core.sharing import CPU, REQUESTS, JobPrediction, RankLoad, SharedCapacity, Topology
 from ingest.engine import linkcache
 from ingest.units import MiB
@@ -102,21 +105,27 @@ def test_the_link_cache_keeps_the_newest_jobs_of_an_endpoint(tmp_path, monkeypat
     assert len(linkcache.recall_jobs(ENDPOINT, now_s=2000.0)) == KEEP - 1
 
 
-def _ran(method: str, ranks_on_node: int, threads: int, node_bytes_per_s: float, at_s: float = 0.0) -> PastJob:
+def _ran(method: str, ranks_on_node: int, threads: int, node_bytes_per_s: float, at_s: float = 0.0,
+         rank_wire_bytes: int = 1) -> PastJob:
     """An earlier job on one node that moved node_bytes_per_s through it, with no more bytes
     than SHAPE's busiest node (512 MiB)."""
     seconds = SHAPE.node_wire_bytes / node_bytes_per_s
-    return PastJob(JobShape(method, (ranks_on_node,), threads, 16 * MiB, 1, 1, SHAPE.node_wire_bytes), seconds, at_s)
+    return PastJob(JobShape(method, (ranks_on_node,), threads, 16 * MiB, rank_wire_bytes, 1, SHAPE.node_wire_bytes),
+                   seconds, at_s)
+
+
+ALONE = CostModel(latency_s=0.001, bandwidth_bytes_per_s=200e6, stream_bandwidth_bytes_per_s=100e6)
+NODE_ROUND = SharedCapacity(node_bytes_per_s=800e6, source="measured: node round")
 
 
 def test_an_earlier_job_floors_the_nodes_pipe_at_what_it_moved_through_one_node():
-    shared = SharedCapacity(node_bytes_per_s=800e6, source="measured: node round")
     # this job: 2 ranks per node x 4 threads = 8 streams per node
     past = [_ran("s3", 1, 2, 1.2e9, 10.0), _ran("s3", 2, 4, 1.0e9, 20.0)]
-    got = with_node_floor(shared, SHAPE, past, 100.0)
-    assert got.node_bytes_per_s == 1.2e9 and got.egress_bytes_per_s == shared.egress_bytes_per_s
-    assert got.source.startswith("measured: node round; ") and "at least 1200 MB/s" in got.source
-    assert got.source.endswith("a job of 1 rank(s) x 2 stream(s) on one node moved 90 s ago")
+    alone, got = with_floors(ALONE, NODE_ROUND, SHAPE, past, 100.0)
+    assert got.node_bytes_per_s == pytest.approx(1.2e9) and got.egress_bytes_per_s == NODE_ROUND.egress_bytes_per_s
+    assert got.source == ("measured: node round; the node's pipe at least 1200 MB/s, as a job of 1 rank(s) x "
+                          "2 stream(s) on one node moved 90 s ago")
+    assert alone == ALONE  # their ranks moved 1 byte each: nothing to say of a rank's link
 
 
 @pytest.mark.parametrize("past", [
@@ -130,10 +139,20 @@ def test_an_earlier_job_floors_the_nodes_pipe_at_what_it_moved_through_one_node(
     [],
 ])
 def test_the_floor_stands_only_for_a_like_job_that_moved_more(past):
-    shared = SharedCapacity(node_bytes_per_s=800e6, source="measured: node round")
-    assert with_node_floor(shared, SHAPE, past, 100.0) == shared
+    assert with_floors(ALONE, NODE_ROUND, SHAPE, past, 100.0) == (ALONE, NODE_ROUND)
 
 
 def test_the_floor_makes_no_pipe_where_none_was_seen():
     shared = SharedCapacity(source="measured: node round (ranks added up)")
-    assert with_node_floor(shared, SHAPE, [_ran("s3", 1, 2, 1.2e9)], 100.0) == shared
+    assert with_floors(ALONE, shared, SHAPE, [_ran("s3", 1, 2, 1.2e9)], 100.0) == (ALONE, shared)
+
+
+def test_an_earlier_rank_floors_a_ranks_link_with_at_most_its_streams_and_bytes():
+    # SHAPE's ranks: 4 threads, 256 MiB each; the probe saw 4 streams get 200 MB/s
+    quick = PastJob(JobShape("s3", (2,), 2, 16 * MiB, 128 * MiB, 8, 256 * MiB), 128 * MiB / 300e6, 5.0)
+    alone, shared = with_floors(ALONE, SharedCapacity(), SHAPE, [quick], 65.0)
+    assert alone.bandwidth(4) == pytest.approx(300e6) and alone.stream_bytes_per_s == pytest.approx(150e6)
+    assert shared.node_bytes_per_s is None and "a rank's link at least 300 MB/s, as a rank of 2 stream(s) moved 60 s ago" in shared.source
+    for other in (replace(quick.shape, threads=8), replace(quick.shape, rank_wire_bytes=512 * MiB),
+                  replace(quick.shape, method="presigned")):
+        assert with_floors(ALONE, SharedCapacity(), SHAPE, [replace(quick, shape=other)], 65.0)[0] == ALONE

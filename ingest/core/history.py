@@ -28,7 +28,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 
-from ingest.core.sharing import LATENCY, REQUESTS, JobPrediction, RankLoad, SharedCapacity, Topology
+from ingest.core.cost import CostModel
+from ingest.core.sharing import (LATENCY, REQUESTS, JobPrediction, RankLoad, SharedCapacity, Topology,
+                                   rank_at_least)
 from ingest.units import format_age
 
 SIMILAR = 1.5  # the busiest rank's bytes and requests within this factor: the same job, resized
@@ -152,28 +154,47 @@ def with_history(model: JobPrediction, shape: JobShape, past, now_s: float, endp
                            f"{voted_s:.3g} s")
 
 
-def with_node_floor(shared: SharedCapacity, shape: JobShape, past, now_s: float) -> SharedCapacity:
-    """`shared` with its node pipe raised to what an earlier job on the endpoint moved through one
-    node, where that is more. A round of a few tens of milliseconds can see less than the pipe
-    (on 2 shared cores its threads' start-up, its first pages); a finished job moved its bytes
-    for the whole length of a read, so a node's pipe carries at least that. Only jobs of the
-    same method with at most this job's streams per node count: under a per-connection cap,
-    more streams move more, and a job of 16 streams says nothing of what 8 get. The floor never
-    makes a pipe where none was seen to bind, and where the rounds saw less than the floor by
-    over MODEL_AGREES, the link changed since: the rounds stand. Nor does a larger job floor a
-    smaller one: a job's rate includes its start-up, which a smaller job amortises over fewer
-    bytes (seed 001's box, 53 MB, priced at the 512 MiB whole cube's rate was predicted 1.4x too
-    fast on loopback)."""
-    node = shared.node_bytes_per_s
-    if not node:
-        return shared
-    fits = [p for p in past if p.at_s <= now_s and p.shape.method == shape.method and p.shape.node_wire_bytes > 0
-            and p.shape.streams_per_node <= shape.streams_per_node
-            and p.shape.node_wire_bytes <= shape.node_wire_bytes]
-    best = max(fits, key=lambda p: p.node_bytes_per_s, default=None)
-    if best is None or best.node_bytes_per_s <= node or best.node_bytes_per_s > MODEL_AGREES * node:
-        return shared
-    ranks = max(best.shape.ranks_per_node, default=1)
-    what = (f"the node's pipe at least {best.node_bytes_per_s / 1e6:.0f} MB/s, as a job of {ranks} rank(s) "
-            f"x {best.shape.threads} stream(s) on one node moved {format_age(now_s - best.at_s)} ago")
-    return replace(shared, node_bytes_per_s=best.node_bytes_per_s, source=f"{shared.source}; {what}")
+def _like(past, shape: JobShape, now_s: float, count) -> PastJob | None:
+    """Of the earlier jobs of the same method whose streams and bytes, as `count` takes them
+    (per node or per rank), were at most this job's, the one that moved them fastest."""
+    fits = [p for p in past if p.at_s <= now_s and p.makespan_s > 0 and p.shape.method == shape.method
+            and all(0 < a <= b for a, b in zip(count(p.shape), count(shape)))]
+    return max(fits, key=lambda p: count(p.shape)[1] / p.makespan_s, default=None)
+
+
+def with_floors(alone: CostModel, shared: SharedCapacity, shape: JobShape, past,
+                now_s: float) -> tuple[CostModel, SharedCapacity]:
+    """One rank's link and the node's pipe, each raised to what an earlier job on the endpoint
+    moved through it where that is more: (alone, shared), with the jobs named in shared.source.
+
+    The probe and its rounds last tens of milliseconds, and on 2 shared cores they see less than
+    the pipes carry (their threads' start-up, their first pages); a finished job moved its bytes
+    for the whole length of a read, start-up and waits included, so a rank's link carried at
+    least its busiest rank's bytes over its makespan, and a node's pipe its busiest node's.
+    Only jobs of the same method with at most this job's streams and bytes count, per rank for
+    the link and per node for the pipe: under a per-connection cap more streams move more (a
+    job of 16 streams says nothing of what 8 get), and a larger job's rate hides the start-up
+    that a smaller one spreads over fewer bytes (seed 001's box, 53 MB, priced at the 512 MiB
+    whole cube's rate was predicted 1.4x fast on loopback). A floor never makes a pipe where
+    none was seen to bind, and one over MODEL_AGREES x what the probe saw means the link
+    changed since: the probe stands."""
+    notes = []
+    rank = _like(past, shape, now_s, lambda sh: (sh.threads, sh.rank_wire_bytes))
+    if rank is not None:
+        rate = rank.shape.rank_wire_bytes / rank.makespan_s
+        seen = alone.bandwidth(shape.threads)
+        if seen < rate <= MODEL_AGREES * seen:
+            alone = rank_at_least(alone, rate, rank.shape.threads)
+            notes.append(f"a rank's link at least {rate / 1e6:.0f} MB/s, as a rank of {rank.shape.threads} "
+                         f"stream(s) moved {format_age(now_s - rank.at_s)} ago")
+    node = _like(past, shape, now_s, lambda sh: (sh.streams_per_node, sh.node_wire_bytes))
+    if node is not None and shared.node_bytes_per_s:
+        rate = node.node_bytes_per_s
+        if shared.node_bytes_per_s < rate <= MODEL_AGREES * shared.node_bytes_per_s:
+            notes.append(f"the node's pipe at least {rate / 1e6:.0f} MB/s, as a job of "
+                         f"{max(node.shape.ranks_per_node, default=1)} rank(s) x {node.shape.threads} stream(s) "
+                         f"on one node moved {format_age(now_s - node.at_s)} ago")
+            shared = replace(shared, node_bytes_per_s=rate)
+    if notes:
+        shared = replace(shared, source="; ".join([shared.source, *notes]))
+    return alone, shared

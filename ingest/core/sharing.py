@@ -320,16 +320,22 @@ def assumed_shared(alone: CostModel, measured_streams: bool, streams_add_up: boo
                           if measured_streams else SharedCapacity.source)
 
 
+def rank_at_least(alone: CostModel, bytes_per_s: float, streams: int) -> CostModel:
+    """One rank's link, raised where a rank was seen to get `bytes_per_s` on `streams` streams:
+    its link carries at least that, and each of its connections at least its share."""
+    if bytes_per_s <= alone.bandwidth(streams):
+        return alone
+    return replace(alone, bandwidth_bytes_per_s=max(alone.bandwidth_bytes_per_s, bytes_per_s),
+                   stream_bandwidth_bytes_per_s=max(alone.stream_bytes_per_s, bytes_per_s / max(1, streams)))
+
+
 def alone_from_rounds(alone: CostModel, rounds) -> CostModel:
     """One rank's link, raised to what each rank got in a round where many read at once: a rank
     gets at least that alone. Rank 0's probe may have had no time to try parallel streams and
     assumed they share one link; ranks whose streams together got more showed they do not (a
     cap per connection, as Toxiproxy's or a long path's TCP window)."""
     for r in rounds:
-        per_rank = r.bytes_per_s / max(1, r.ranks)
-        if per_rank > alone.bandwidth(r.streams):
-            alone = replace(alone, bandwidth_bytes_per_s=max(alone.bandwidth_bytes_per_s, per_rank),
-                            stream_bandwidth_bytes_per_s=max(alone.stream_bytes_per_s, per_rank / max(1, r.streams)))
+        alone = rank_at_least(alone, r.bytes_per_s / max(1, r.ranks), r.streams)
     return alone
 
 

@@ -14,7 +14,7 @@ from ingest.config import RunConfig
 from ingest.config.settings import (Settings, configured_settings, resolve_settings, retry_policy,
                                     settings_for_job, tunable, transport_options)
 from ingest.core.decompose import format_grid, grid_boxes, resolve_grid
-from ingest.core.history import JobShape, PastJob, with_history, with_node_floor
+from ingest.core.history import JobShape, PastJob, with_floors, with_history
 from ingest.core.layout import Layout
 from ingest.core.linkprobe import LATENCY_THREADS
 from ingest.core.regions import assign_regions, parse_min_overlap, parse_region_shape, s2p_regions, take_first
@@ -137,8 +137,8 @@ def predict(cfg: RunConfig, settings: Settings, layout: Layout, regions, assignm
             endpoint: str | None = None, method: str = "") -> tuple[JobPrediction, JobShape]:
     """The whole job's makespan, and the job's shape: every rank reading its regions (one after
     another) at once, on one rank's link as measured alone and the pipes the ranks share
-    (core/sharing.py); where `endpoint` ran jobs before, what they moved through a node (a floor
-    on its pipe) and, of this shape, what they took (core/history.py)."""
+    (core/sharing.py); where `endpoint` ran jobs before, what they moved through a rank and a node
+    (floors on its link and pipe) and, of this shape, what they took (core/history.py)."""
     loads = []
     for mine in assignment:
         plans = [plan_box(cfg, settings, layout, regions[i])[1] for i in mine]
@@ -147,8 +147,8 @@ def predict(cfg: RunConfig, settings: Settings, layout: Layout, regions, assignm
     if not endpoint:
         return predict_job(settings.alone, settings.shared, topology, loads), shape
     past, now_s = linkcache.recall_jobs(endpoint), time.time()
-    shared = with_node_floor(settings.shared, shape, past, now_s)
-    prediction = predict_job(settings.alone, shared, topology, loads)
+    alone, shared = with_floors(settings.alone, settings.shared, shape, past, now_s)
+    prediction = predict_job(alone, shared, topology, loads)
     return with_history(prediction, shape, past, now_s, endpoint, probed=settings.probe is not None), shape
 
 
