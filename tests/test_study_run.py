@@ -115,8 +115,11 @@ def test_killed_study_resumes_at_the_first_missing_run(study_source, s3_server, 
     recorded = 0
     while time.monotonic() < deadline and proc.poll() is None:
         if dbfile.exists():
-            with sqlite3.connect(dbfile) as conn:
-                recorded = conn.execute("SELECT count(*) FROM runs").fetchone()[0]
+            try:
+                with sqlite3.connect(dbfile) as conn:
+                    recorded = conn.execute("SELECT count(*) FROM runs").fetchone()[0]
+            except sqlite3.OperationalError:  # the file is there, its table not yet: the study is starting
+                recorded = 0
             if recorded >= 2:
                 break
         time.sleep(0.2)
