@@ -117,12 +117,6 @@ class PastJob:
     def from_dict(cls, d: dict) -> "PastJob":
         return cls(JobShape.from_dict(d), float(d["makespan_s"]), float(d["at_s"]))
 
-    @property
-    def node_bytes_per_s(self) -> float:
-        """What its busiest node moved per second, start-up and waits included: less than the
-        node's pipe carries, never more."""
-        return self.shape.node_wire_bytes / self.makespan_s if self.makespan_s > 0 else 0.0
-
 
 def _within(a: float, b: float, factor: float) -> bool:
     if a <= 0 or b <= 0:
@@ -154,12 +148,14 @@ def with_history(model: JobPrediction, shape: JobShape, past, now_s: float, endp
                            f"{voted_s:.3g} s")
 
 
-def _like(past, shape: JobShape, now_s: float, count) -> PastJob | None:
-    """Of the earlier jobs of the same method whose streams and bytes, as `count` takes them
-    (per node or per rank), were at most this job's, the one that moved them fastest."""
-    fits = [p for p in past if p.at_s <= now_s and p.makespan_s > 0 and p.shape.method == shape.method
-            and all(0 < a <= b for a, b in zip(count(p.shape), count(shape)))]
-    return max(fits, key=lambda p: count(p.shape)[1] / p.makespan_s, default=None)
+def _fastest_like(past, shape: JobShape, now_s: float, count) -> tuple[PastJob, float] | None:
+    """Of the earlier jobs of the same method whose (streams, bytes), as `count` takes them per
+    rank or per node, were at most this job's, the one that moved those bytes fastest, and its
+    bytes per second (start-up and waits included: less than the pipe carries, never more)."""
+    rated = [(p, count(p.shape)[1] / p.makespan_s) for p in past
+             if p.at_s <= now_s and p.makespan_s > 0 and p.shape.method == shape.method
+             and all(0 < a <= b for a, b in zip(count(p.shape), count(shape)))]
+    return max(rated, key=lambda job_rate: job_rate[1], default=None)
 
 
 def with_floors(alone: CostModel, shared: SharedCapacity, shape: JobShape, past,
@@ -179,17 +175,17 @@ def with_floors(alone: CostModel, shared: SharedCapacity, shape: JobShape, past,
     none was seen to bind, and one over MODEL_AGREES x what the probe saw means the link
     changed since: the probe stands."""
     notes = []
-    rank = _like(past, shape, now_s, lambda sh: (sh.threads, sh.rank_wire_bytes))
-    if rank is not None:
-        rate = rank.shape.rank_wire_bytes / rank.makespan_s
+    fastest = _fastest_like(past, shape, now_s, lambda sh: (sh.threads, sh.rank_wire_bytes))
+    if fastest is not None:
+        rank, rate = fastest
         seen = alone.bandwidth(shape.threads)
         if seen < rate <= MODEL_AGREES * seen:
             alone = rank_at_least(alone, rate, rank.shape.threads)
             notes.append(f"a rank's link at least {rate / 1e6:.0f} MB/s, as a rank of {rank.shape.threads} "
                          f"stream(s) moved {format_age(now_s - rank.at_s)} ago")
-    node = _like(past, shape, now_s, lambda sh: (sh.streams_per_node, sh.node_wire_bytes))
-    if node is not None and shared.node_bytes_per_s:
-        rate = node.node_bytes_per_s
+    fastest = _fastest_like(past, shape, now_s, lambda sh: (sh.streams_per_node, sh.node_wire_bytes))
+    if fastest is not None and shared.node_bytes_per_s:
+        node, rate = fastest
         if shared.node_bytes_per_s < rate <= MODEL_AGREES * shared.node_bytes_per_s:
             notes.append(f"the node's pipe at least {rate / 1e6:.0f} MB/s, as a job of "
                          f"{max(node.shape.ranks_per_node, default=1)} rank(s) x {node.shape.threads} stream(s) "
