@@ -238,6 +238,20 @@ def test_pages_script(tmp_path):
         assert results["candidates"]["ingest"]["samples"][0]["minor_faults"] >= (4 << 20) // 4096
 
 
+def test_rounds_script(tmp_path):
+    """One launch of 2 ranks: rounds of 1 MiB a stream and of the whole share, each measured."""
+    out = _run(["-m", "bench.rounds", "--ranks", "2", "--streams", "2", "--stream-mib", "1"], tmp_path, timeout_s=120)
+    assert "| MiB a stream |" in out and "| 2 | 2 | whole share |" in out
+    results = _load(tmp_path, "rounds")
+    share = results["cube"]["data_bytes"] // 2
+    assert sorted((r["stream_mib"], r["total_bytes"]) for r in results["rounds"]) == [
+        (0, 2 * share), (1, 2 * min(share, 2 << 20))]
+    assert all(r["ranks"] == 2 and r["streams"] == 2 and r["bytes_per_s"] > 0 for r in results["rounds"])
+    by_size = {row["stream_mib"]: row for row in results["summary"]}
+    assert by_size[0]["over_whole_share"] == 1.0 and by_size[1]["median_bytes_per_s"] == results["rounds"][
+        [r["stream_mib"] for r in results["rounds"]].index(1)]["bytes_per_s"]
+
+
 def test_quick_is_the_default_of_every_bench():
     """--quick reaches every benchmark through the runner, and fills only what was not given."""
     from bench import common, run_all

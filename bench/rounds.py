@@ -1,0 +1,111 @@
+"""What a probe round measures against what the job's read gets, by the round's size (issue 24).
+
+Rank 0 measures what the ranks on a node share in a round (ingest.driver.probe_rounds): every
+rank reads its own range at once, on the job's streams, within a few per cent of the job's
+predicted time. On loopback that is tens of ms, and the rate such a round gets depends on how many
+bytes each stream moves. Each launch here is one `mpiexec -n RANKS` of bench/_rounds_once.py:
+rounds of 2, 4 and 8 MiB a stream, and of the job's whole share (the cube's data over the
+ranks), interleaved over the repeats.
+
+    python -m bench.rounds [--ranks 2,4] [--streams 2,4] [--stream-mib 2,4,8] [--repeats 5]
+
+Printed, per ranks x streams: each size's rate together (steady window, core.rounds; median and
+min-max) and its median over the whole share's. No target: it is the measurement behind why the
+rounds keep their budget and the model keeps earlier jobs' floors (BENCHMARKS.md, "Rounds").
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+if __package__ in (None, ""):  # run as a file: make `bench` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import common, mpirun
+from ingest.units import MiB
+
+NAME = "rounds"
+SIZES = {"size_mib": (512, 64), "repeats": (5, 1)}  # full, --quick
+ROUNDS_ONCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_rounds_once.py")
+WHOLE_SHARE = 0  # a size of 0 MiB a stream: the job's whole share
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.rounds", description=__doc__.splitlines()[0])
+    common.add_common_arguments(parser, size_mib=SIZES["size_mib"][0])
+    parser.add_argument("--ranks", default="2,4", help="ranks per launch, comma-separated (default 2,4)")
+    parser.add_argument("--streams", default="2,4", help="streams per rank (default 2,4)")
+    parser.add_argument("--stream-mib", default="2,4,8", help="MiB a stream moves in a round (default 2,4,8)")
+    return parser
+
+
+def _launch(env, cube, n_ranks: int, args) -> list[dict]:
+    with tempfile.TemporaryDirectory(prefix="ingest-bench-rounds-") as workdir:
+        out = os.path.join(workdir, "rounds.json")
+        cmd = ["mpiexec", "-n", str(n_ranks), "--oversubscribe", "--bind-to", "none", sys.executable, ROUNDS_ONCE,
+               "--source", cube.s3_uri, "--data-offset", str(cube.data_offset), "--data-bytes", str(cube.data_bytes),
+               "--streams", args.streams, "--stream-mib", f"{WHOLE_SHARE},{args.stream_mib}",
+               "--repeats", str(args.repeats), "--out", out]
+        done = subprocess.run(cmd, env={**env.env(), **mpirun.MPI_ENV}, capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}): {(done.stderr or done.stdout)[-1500:]}")
+        with open(out) as f:
+            return json.load(f)
+
+
+def _rate(rounds: list[dict]) -> dict:
+    rates = [r["bytes_per_s"] for r in rounds]
+    return {"median_bytes_per_s": statistics.median(rates), "min_bytes_per_s": min(rates),
+            "max_bytes_per_s": max(rates), "n": len(rates)}
+
+
+def summarize(rounds: list[dict]) -> list[dict]:
+    """Per (ranks, streams, size): the rounds' rate, and its median over the whole share's."""
+    rows = []
+    for key in sorted({(r["ranks"], r["streams"]) for r in rounds}):
+        mine = [r for r in rounds if (r["ranks"], r["streams"]) == key]
+        whole = _rate([r for r in mine if r["stream_mib"] == WHOLE_SHARE])
+        for size in sorted({r["stream_mib"] for r in mine}, key=lambda m: (m == WHOLE_SHARE, m)):
+            rate = _rate([r for r in mine if r["stream_mib"] == size])
+            rows.append({"ranks": key[0], "streams": key[1], "stream_mib": size, **rate,
+                         "over_whole_share": rate["median_bytes_per_s"] / whole["median_bytes_per_s"]})
+    return rows
+
+
+def run(env, args) -> dict:
+    cube = env.cube(args.size_mib * MiB)
+    rounds = []
+    for n_ranks in common.counts("--ranks", args.ranks):
+        rounds += _launch(env, cube, n_ranks, args)
+    return {"cube": cube.describe(),
+            "config": {"ranks": args.ranks, "streams": args.streams, "stream_mib": args.stream_mib,
+                       "repeats": args.repeats, "method": "s3"},
+            "rounds": rounds, "summary": summarize(rounds)}
+
+
+def to_markdown(results: dict) -> str:
+    c = results["config"]
+    lines = [f"### Probe rounds by size, {c['method']} on loopback, {c['repeats']} interleaved repeats", "",
+             "Every rank of the launch reads at once on its streams; the rate is the ranks' together over the "
+             "round's steady window (core.rounds). The whole share is the cube's data over the ranks, as the job "
+             "reads it.", ""]
+    rows = [[r["ranks"], r["streams"], "whole share" if r["stream_mib"] == WHOLE_SHARE else r["stream_mib"],
+             common.spread({"median": r["median_bytes_per_s"], "min": r["min_bytes_per_s"],
+                            "max": r["max_bytes_per_s"]}, "{:.0f}", 1e6),
+             f"{r['over_whole_share']:.2f}"] for r in results["summary"]]
+    lines.append(common.markdown_table(["ranks", "streams", "MiB a stream", "MB/s together (min-max)",
+                                        "over the whole share's"], rows))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    return common.bench_main(sys.modules[__name__], argv, **SIZES)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
