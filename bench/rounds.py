@@ -10,7 +10,7 @@ ranks), interleaved over the repeats.
     python -m bench.rounds [--ranks 2,4] [--streams 2,4] [--stream-mib 2,4,8] [--repeats 5]
 
 Printed, per ranks x streams: each size's rate together (steady window, core.rounds; median and
-min-max) and its median over the whole share's. No target: it is the measurement behind why the
+min-max), its median over the whole share's, and how long every stream flowed at once. No target: it is the measurement behind why the
 rounds keep their budget and the model keeps earlier jobs' floors (BENCHMARKS.md, "Rounds").
 """
 from __future__ import annotations
@@ -73,7 +73,9 @@ def summarize(rounds: list[dict]) -> list[dict]:
         for size in sorted({r["stream_mib"] for r in mine}, key=lambda m: (m == WHOLE_SHARE, m)):
             rate = _rate([r for r in mine if r["stream_mib"] == size])
             rows.append({"ranks": key[0], "streams": key[1], "stream_mib": size, **rate,
-                         "over_whole_share": rate["median_bytes_per_s"] / whole["median_bytes_per_s"]})
+                         "over_whole_share": rate["median_bytes_per_s"] / whole["median_bytes_per_s"],
+                         "overlap_s": statistics.median(r["overlap_s"] for r in mine if r["stream_mib"] == size),
+                         "steady_s": statistics.median(r["steady_s"] for r in mine if r["stream_mib"] == size)})
     return rows
 
 
@@ -97,9 +99,12 @@ def to_markdown(results: dict) -> str:
     rows = [[r["ranks"], r["streams"], "whole share" if r["stream_mib"] == WHOLE_SHARE else r["stream_mib"],
              common.spread({"median": r["median_bytes_per_s"], "min": r["min_bytes_per_s"],
                             "max": r["max_bytes_per_s"]}, "{:.0f}", 1e6),
-             f"{r['over_whole_share']:.2f}"] for r in results["summary"]]
+             f"{r['over_whole_share']:.2f}", f"{r['steady_s'] * 1e3:.0f}", f"{r['overlap_s'] * 1e3:.0f}"]
+            for r in results["summary"]]
     lines.append(common.markdown_table(["ranks", "streams", "MiB a stream", "MB/s together (min-max)",
-                                        "over the whole share's"], rows))
+                                        "over the whole share's", "steady ms", "all flowing at once, ms"], rows))
+    lines += ["", "All flowing at once: the first stream's last byte less the last stream's first body byte "
+                  "(core.rounds.overlap_s), median; negative where streams ran one after another."]
     return "\n".join(lines)
 
 

@@ -246,7 +246,9 @@ def test_rounds_script(tmp_path):
     share = results["cube"]["data_bytes"] // 2
     assert sorted((r["stream_mib"], r["total_bytes"]) for r in results["rounds"]) == [
         (0, 2 * share), (1, 2 * min(share, 2 << 20))]
-    assert all(r["ranks"] == 2 and r["streams"] == 2 and r["bytes_per_s"] > 0 for r in results["rounds"])
+    assert all(r["ranks"] == 2 and r["streams"] == 2 and r["bytes_per_s"] > 0 and r["overlap_s"] <= r["steady_s"]
+               for r in results["rounds"])
+    assert "| all flowing at once, ms |" in out
     by_size = {row["stream_mib"]: row for row in results["summary"]}
     assert by_size[0]["over_whole_share"] == 1.0 and by_size[1]["median_bytes_per_s"] == results["rounds"][
         [r["stream_mib"] for r in results["rounds"]].index(1)]["bytes_per_s"]

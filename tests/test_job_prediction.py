@@ -37,6 +37,8 @@ def test_four_ranks_measure_what_they_share_and_the_report_says_what_binds(cube,
     # waves of small requests on each stream; each stream's first warms it up and is not counted
     assert node_round["small_requests"] == 4 * node_round["streams"] * (SMALL_WAVES - 1)
     assert node_round["small_wall_s"] > 0 and 0 < node_round["steady_bytes"] < node_round["total_bytes"]
+    # how long every stream flowed at once: at most the steady window (negative: one after another)
+    assert node_round["overlap_s"] <= node_round["steady_s"]
     assert prediction["shared_source"].startswith("measured: node round (4 ranks")
     assert "bound by" in proc.stdout and "measured / predicted" in proc.stdout
     # what they measured is kept for the next run on this endpoint

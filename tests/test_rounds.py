@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ingest.core.rounds import CORE_FRACTION_MIN, StreamSpan, steady_window
+from ingest.core.rounds import CORE_FRACTION_MIN, StreamSpan, overlap_s, steady_window
 
 MiB = 1 << 20
 
@@ -97,3 +97,26 @@ def test_a_core_of_a_few_milliseconds_in_a_tiny_round_is_not_its_rate():
 
 def test_no_body_no_window():
     assert steady_window([StreamSpan(100, 0.01, 0.01, 0)]) == (0, 0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(spans_st)
+def test_the_overlap_is_when_every_body_flowed_at_once(spans):
+    """Against numpy: the streams whose bodies are flowing at a time t, counted on a grid; the
+    overlap is positive exactly where some t has all of them, and is the length of those ts."""
+    got = overlap_s(spans)
+    firsts, ends = np.array([s.first_s for s in spans]), np.array([s.end_s for s in spans])
+    grid = np.linspace(0.0, ends.max(), 4001)
+    flowing = ((grid[:, None] >= firsts) & (grid[:, None] <= ends)).sum(axis=1)
+    all_at_once = grid[flowing == len(spans)]
+    if all_at_once.size > 1:
+        assert got == pytest.approx(all_at_once[-1] - all_at_once[0], abs=2 * grid[1])
+    else:
+        assert got <= 2 * grid[1]  # none (or one grid step's worth) at once
+    assert got == pytest.approx(ends.min() - firsts.max())
+
+
+def test_a_round_whose_streams_ran_one_after_another_has_no_overlap():
+    one, two = StreamSpan(MiB, 0.002, 0.010, 3 * MiB), StreamSpan(MiB, 0.012, 0.020, 3 * MiB)
+    assert overlap_s([one, two]) == pytest.approx(-0.002) and overlap_s([]) == 0.0
+    assert overlap_s([one, StreamSpan(MiB, 0.004, 0.004, 0)]) == pytest.approx(0.008)  # no body: not a stream

@@ -61,3 +61,13 @@ def steady_window(spans, flows_capped: bool = False) -> tuple[int, float]:
         if core_hi_s - core_lo_s >= CORE_FRACTION_MIN * (hi_s - lo_s):
             lo_s, hi_s = core_lo_s, core_hi_s
     return int(sum(s.bytes_between(lo_s, hi_s) for s in spans)), hi_s - lo_s
+
+
+def overlap_s(spans) -> float:
+    """How long every stream's body was flowing at once: the first last byte less the last first
+    body byte; negative where a stream had finished before another's body began (a small round
+    on busy cores runs its streams partly one after another), 0.0 when no stream had a body."""
+    spans = [s for s in spans if s.end_s > s.first_s]
+    if not spans:
+        return 0.0
+    return min(s.end_s for s in spans) - max(s.first_s for s in spans)

@@ -285,6 +285,7 @@ class SharedRound:
     small_wall_s: float = 0.0  # the slowest rank's time for its small requests
     steady_bytes: int = 0  # the bytes that crossed once the ranks were under way (core.rounds.steady_window)
     steady_s: float = 0.0  # their time, the first stream's first body byte to the last stream's last
+    overlap_s: float = 0.0  # how long every stream's body flowed at once (core.rounds.overlap_s): < 0, not at all
 
     @property
     def requests_per_s(self) -> float | None:
@@ -307,7 +308,8 @@ class SharedRound:
                 "total_bytes": self.total_bytes, "wall_s": round(self.wall_s, 6),
                 "bytes_per_s": round(self.bytes_per_s), "cpu_busy": round(self.cpu_busy, 3),
                 "small_requests": self.small_requests, "small_wall_s": round(self.small_wall_s, 6),
-                "steady_bytes": self.steady_bytes, "steady_s": round(self.steady_s, 6)}
+                "steady_bytes": self.steady_bytes, "steady_s": round(self.steady_s, 6),
+                "overlap_s": round(self.overlap_s, 6)}
 
 
 def assumed_shared(alone: CostModel, measured_streams: bool, streams_add_up: bool) -> SharedCapacity:

@@ -14,7 +14,7 @@ import socket
 from dataclasses import dataclass
 
 from ingest.core.cost import CostModel
-from ingest.core.rounds import steady_window
+from ingest.core.rounds import overlap_s, steady_window
 from ingest.core.sharing import SharedCapacity, SharedRound, Topology, alone_from_rounds, shared_from_rounds
 from ingest.core.tuning import streams_add_up
 from ingest.driver.mpi import cpus, quiet_barrier, root_step
@@ -115,12 +115,12 @@ class Crew:
         hosts = {r["host"]: r["cores"] for r in results}
         wall_s = max(r["wall_s"] for r in results)
         busy = sum(r["cpu_s"] for r in results) / max(wall_s * sum(hosts.values()), 1e-9)
+        # Every rank's spans are timed from its own exit from the round's barrier, which all leave together.
+        spans = [span for r in results for span in r["spans"]]
         return SharedRound(order.name, len(results), len(hosts), order.streams,
                            order.bytes_per_rank * len(results), wall_s, busy, sum(r.get("small_n", 0) for r in results),
-                           max(r["small_s"] for r in results),
-                           # Every rank's spans are timed from its own exit from the round's barrier,
-                           # which all leave together.
-                           *steady_window((span for r in results for span in r["spans"]), order.flows_capped))
+                           max(r["small_s"] for r in results), *steady_window(spans, order.flows_capped),
+                           overlap_s=overlap_s(spans))
 
 
 def _order(comm, order=None):
