@@ -28,10 +28,10 @@ def _run_cells(args, n: int, *, crew) -> list[dict]:
     cells = [(int(s), int(m)) for s in args.streams.split(",") for m in args.stream_mib.split(",")]
     rounds = []
     rng = random.Random(0)
+    share = args.data_bytes // n
     for repeat in range(args.repeats):
         rng.shuffle(cells)
         for streams, stream_mib in cells:
-            share = args.data_bytes // n
             nbytes = min(share, streams * stream_mib << 20) if stream_mib else share
             offsets = tuple(args.data_offset + k * nbytes for k in range(n))
             got = crew.run_round(probe_rounds.RoundOrder("node", tuple(range(n)), args.source, args.method, {},

@@ -23,10 +23,15 @@ def mpiexec_available() -> bool:
     return shutil.which("mpiexec") is not None
 
 
+def python_command(n_ranks: int, argv: list[str]) -> list[str]:
+    """The mpiexec command line for n_ranks ranks of `python ARGV` (this interpreter), on as
+    many ranks as asked and bound to no core: the benchmarks' ranks share the machine's cores."""
+    return ["mpiexec", "-n", str(n_ranks), "--oversubscribe", "--bind-to", "none", sys.executable, *argv]
+
+
 def command(n_ranks: int, run_args: list[str]) -> list[str]:
     """The mpiexec command line for n_ranks ranks of `python -m ingest run RUN_ARGS`."""
-    return (["mpiexec", "-n", str(n_ranks), "--oversubscribe", "--bind-to", "none", sys.executable, RANK_PEAK,
-             "run"] + run_args)
+    return python_command(n_ranks, [RANK_PEAK, "run", *run_args])
 
 
 def run_ingest(n_ranks: int, run_args: list[str], env: dict, timeout_s: float = 600.0) -> dict:

@@ -123,10 +123,10 @@ def _publish(env, cube, cutout_dir: str, link, key: str, first: list) -> dict:
     work = tempfile.mkdtemp(prefix="ingest-bench-publish-")
     try:
         report_path = os.path.join(work, "report.json")
-        cmd = ["mpiexec", "-n", str(N_RANKS), "--oversubscribe", "--bind-to", "none", sys.executable,
-               mpirun.RANK_PEAK, "publish", "--source", cutout_dir, "--header-from", cube.path,
-               "--dest", f"s3://{cube.bucket}/{key}", "--endpoint-url", link.endpoint_url, "--no-progress",
-               "--report", report_path]
+        cmd = mpirun.python_command(N_RANKS, [
+            mpirun.RANK_PEAK, "publish", "--source", cutout_dir, "--header-from", cube.path,
+            "--dest", f"s3://{cube.bucket}/{key}", "--endpoint-url", link.endpoint_url, "--no-progress",
+            "--report", report_path])
         t0 = time.perf_counter()
         done = subprocess.run(cmd, env={**env.env(), **mpirun.MPI_ENV, PEAK_DIR_ENV: work}, capture_output=True,
                               text=True, timeout=1800)

@@ -10,8 +10,9 @@ ranks), interleaved over the repeats.
     python -m bench.rounds [--ranks 2,4] [--streams 2,4] [--stream-mib 2,4,8] [--repeats 5]
 
 Printed, per ranks x streams: each size's rate together (steady window, core.rounds; median and
-min-max), its median over the whole share's, and how long every stream flowed at once. No target: it is the measurement behind why the
-rounds keep their budget and the model keeps earlier jobs' floors (BENCHMARKS.md, "Rounds").
+min-max), its median over the whole share's, and how long every stream flowed at once. No
+target: it is the measurement behind why the rounds keep their budget and the model keeps
+earlier jobs' floors (BENCHMARKS.md, "Rounds").
 """
 from __future__ import annotations
 
@@ -47,10 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _launch(env, cube, n_ranks: int, args) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="ingest-bench-rounds-") as workdir:
         out = os.path.join(workdir, "rounds.json")
-        cmd = ["mpiexec", "-n", str(n_ranks), "--oversubscribe", "--bind-to", "none", sys.executable, ROUNDS_ONCE,
-               "--source", cube.s3_uri, "--data-offset", str(cube.data_offset), "--data-bytes", str(cube.data_bytes),
-               "--streams", args.streams, "--stream-mib", f"{WHOLE_SHARE},{args.stream_mib}",
-               "--repeats", str(args.repeats), "--out", out]
+        cmd = mpirun.python_command(n_ranks, [
+            ROUNDS_ONCE, "--source", cube.s3_uri, "--data-offset", str(cube.data_offset),
+            "--data-bytes", str(cube.data_bytes), "--streams", args.streams,
+            "--stream-mib", f"{WHOLE_SHARE},{args.stream_mib}", "--repeats", str(args.repeats), "--out", out])
         done = subprocess.run(cmd, env={**env.env(), **mpirun.MPI_ENV}, capture_output=True, text=True, timeout=900)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}): {(done.stderr or done.stdout)[-1500:]}")
@@ -69,13 +70,14 @@ def summarize(rounds: list[dict]) -> list[dict]:
     rows = []
     for key in sorted({(r["ranks"], r["streams"]) for r in rounds}):
         mine = [r for r in rounds if (r["ranks"], r["streams"]) == key]
-        whole = _rate([r for r in mine if r["stream_mib"] == WHOLE_SHARE])
-        for size in sorted({r["stream_mib"] for r in mine}, key=lambda m: (m == WHOLE_SHARE, m)):
-            rate = _rate([r for r in mine if r["stream_mib"] == size])
+        by_size = {size: [r for r in mine if r["stream_mib"] == size] for size in {r["stream_mib"] for r in mine}}
+        whole = _rate(by_size[WHOLE_SHARE])
+        for size in sorted(by_size, key=lambda m: (m == WHOLE_SHARE, m)):
+            rate = _rate(by_size[size])
             rows.append({"ranks": key[0], "streams": key[1], "stream_mib": size, **rate,
                          "over_whole_share": rate["median_bytes_per_s"] / whole["median_bytes_per_s"],
-                         "overlap_s": statistics.median(r["overlap_s"] for r in mine if r["stream_mib"] == size),
-                         "steady_s": statistics.median(r["steady_s"] for r in mine if r["stream_mib"] == size)})
+                         "overlap_s": statistics.median(r["overlap_s"] for r in by_size[size]),
+                         "steady_s": statistics.median(r["steady_s"] for r in by_size[size])})
     return rows
 
 

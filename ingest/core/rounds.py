@@ -48,10 +48,15 @@ class StreamSpan:
 CORE_FRACTION_MIN = 0.25
 
 
+def _with_body(spans) -> list[StreamSpan]:
+    """The streams whose second request moved bytes over some time (the rest have no body)."""
+    return [s for s in spans if s.end_s > s.first_s]
+
+
 def steady_window(spans, flows_capped: bool = False) -> tuple[int, float]:
     """(bytes, seconds) the round is timed over: its core where `flows_capped` (and the core is
     at least CORE_FRACTION_MIN of the span), else its span; (0, 0.0) when no stream had a body."""
-    spans = [s for s in spans if s.end_s > s.first_s]
+    spans = _with_body(spans)
     if not spans:
         return 0, 0.0
     lo_s, hi_s = min(s.first_s for s in spans), max(s.end_s for s in spans)
@@ -67,7 +72,7 @@ def overlap_s(spans) -> float:
     """How long every stream's body was flowing at once: the first last byte less the last first
     body byte; negative where a stream had finished before another's body began (a small round
     on busy cores runs its streams partly one after another), 0.0 when no stream had a body."""
-    spans = [s for s in spans if s.end_s > s.first_s]
+    spans = _with_body(spans)
     if not spans:
         return 0.0
     return min(s.end_s for s in spans) - max(s.first_s for s in spans)
