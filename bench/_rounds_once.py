@@ -5,7 +5,7 @@ every rank at once, of several sizes and stream counts, interleaved; the other r
         --repeats 5 --out rounds.json
 
 A size of 0 MiB a stream is the job's whole share (the object's data over N ranks), the rate a
-real read of it gets. Prints nothing; writes every round's (bytes, seconds) to --out.
+real read of it gets. The sized rounds then time small requests too, as a job's last round does. Prints nothing; writes every round's (bytes, seconds) to --out.
 """
 from __future__ import annotations
 
@@ -34,8 +34,11 @@ def _run_cells(args, n: int, *, crew) -> list[dict]:
         for streams, stream_mib in cells:
             nbytes = min(share, streams * stream_mib << 20) if stream_mib else share
             offsets = tuple(args.data_offset + k * nbytes for k in range(n))
+            # A sized round also times its ranks' small requests, as the job's last round does: the
+            # rate its requests are priced at (SharedRound.steady_requests_s). The whole share needs none.
+            small = probe_rounds.SMALL_WAVES * streams if stream_mib else 0
             got = crew.run_round(probe_rounds.RoundOrder("node", tuple(range(n)), args.source, args.method, {},
-                                                         info, offsets, nbytes, streams))
+                                                         info, offsets, nbytes, streams, small))
             if got is None:
                 raise RuntimeError(f"a round of {n} ranks x {streams} streams, {nbytes} bytes each, failed")
             rounds.append({"ranks": n, "streams": streams, "stream_mib": stream_mib, "repeat": repeat,

@@ -141,7 +141,10 @@ def _cell(cluster: Cluster, url: str, shape, workload: str, method: str, ranks: 
                        shared_source=prediction.get("shared_source"),
                        # the model alone, where earlier jobs of the cell's shape predicted it (a repeat)
                        model_s=prediction.get("model_makespan_s") or prediction["makespan_s"],
-                       history=prediction.get("history"))
+                       history=prediction.get("history"),
+                       # what the job's probe rounds measured, for the record (why the model said so)
+                       shared_rounds=(rep.get("settings") or {}).get("shared_rounds"),
+                       tuning=(rep.get("settings") or {}).get("tuning"))
         lim = spec_limit(cluster.spec, agg["bytes_wire"], ranks, source="store", nodes=nodes, ranks_per_node=rpn)
         window = row["makespan_s"]
     else:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ingest.core.rounds import CORE_FRACTION_MIN, StreamSpan, overlap_s, steady_window
+from ingest.core.rounds import CORE_FRACTION_MIN, StreamSpan, overlap_s, requests_inside, steady_window
 
 MiB = 1 << 20
 
@@ -120,3 +120,21 @@ def test_a_round_whose_streams_ran_one_after_another_has_no_overlap():
     one, two = StreamSpan(MiB, 0.002, 0.010, 3 * MiB), StreamSpan(MiB, 0.012, 0.020, 3 * MiB)
     assert overlap_s([one, two]) == pytest.approx(-0.002) and overlap_s([]) == 0.0
     assert overlap_s([one, StreamSpan(MiB, 0.004, 0.004, 0)]) == pytest.approx(0.008)  # no body: not a stream
+
+
+@settings(max_examples=60, deadline=None)
+@given(spans_st)
+def test_the_window_holds_both_requests_of_every_stream_that_began_its_body_inside_it(spans):
+    """Against numpy: the streams whose first body byte came after the span opened (the earliest
+    first body byte), two requests each; none where each connection is capped."""
+    firsts = np.array([s.first_s for s in spans])
+    assert requests_inside(spans) == 2 * int((firsts > firsts.min()).sum())
+    assert requests_inside(spans, flows_capped=True) == 0
+    assert 0 <= requests_inside(spans) <= 2 * (len(spans) - 1)
+
+
+def test_streams_started_late_count_their_requests_and_empty_ones_do_not():
+    early, late = StreamSpan(MiB, 0.002, 0.010, 3 * MiB), StreamSpan(MiB, 0.006, 0.020, 3 * MiB)
+    assert requests_inside([early, late, late]) == 4
+    assert requests_inside([early, early]) == 0  # all began at once: their requests came before
+    assert requests_inside([early, StreamSpan(MiB, 0.009, 0.009, 0)]) == 0 and requests_inside([]) == 0

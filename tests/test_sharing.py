@@ -8,9 +8,9 @@ from hypothesis import given, settings, strategies as st
 
 from ingest.core.cost import CostModel
 from ingest.core.linkprobe import LinkProbe
-from ingest.core.sharing import (CORES, EGRESS, LATENCY, NODE_CPU, NODE_PIPE, REQUESTS, STARTUP, RankLoad,
-                                 SharedCapacity, SharedRound, Topology, alone_from_rounds, predict_job, share_cost,
-                                 shared_from_rounds)
+from ingest.core.sharing import (CORES, EGRESS, LATENCY, NODE_CPU, NODE_PIPE, REQUESTS, REQUESTS_SHARE_MAX, STARTUP,
+                                 RankLoad, SharedCapacity, SharedRound, Topology, alone_from_rounds, predict_job,
+                                 share_cost, shared_from_rounds)
 from ingest.engine import linkcache
 
 MiB = 1 << 20
@@ -115,6 +115,26 @@ def test_a_shared_request_rate_binds_plans_of_many_small_requests():
     assert share_cost(alone, shared, topo).cpu_per_request_s == pytest.approx(4 / 640)
     fast = SharedRound("nodes", 4, 4, 4, 4 * MiB, 0.5, 0.2, small_requests=64, small_wall_s=0.008)
     assert shared_from_rounds(alone, [fast], SharedCapacity()).requests_per_s is None  # they added up
+
+
+def test_a_rounds_requests_are_taken_out_of_its_pipe_time():
+    """Loopback, 2 ranks x 2 streams: 16 MB in a 20 ms window, its 6 late requests at the 1000/s
+    its small requests got: the pipe moved the bytes in 14 ms, not 20. The requests' time is not
+    start-up either. At most REQUESTS_SHARE_MAX of the window goes; a round with no small
+    requests (no rate to price them at) keeps its window."""
+    r = SharedRound("node", 2, 1, 2, 20_000_000, 0.03, 0.5, small_requests=40, small_wall_s=0.04,
+                    steady_bytes=16_000_000, steady_s=0.02, steady_requests=6)
+    assert r.steady_requests_s == pytest.approx(0.006)
+    assert r.bytes_per_s == pytest.approx(16e6 / 0.014)
+    assert r.startup_s(0.001) == pytest.approx(0.03 - 20e6 / (16e6 / 0.014) - 0.006 - 0.001)
+    slow = replace(r, small_wall_s=0.4)  # 100/s: 60 ms of requests in a 20 ms window
+    assert slow.bytes_per_s == pytest.approx(16e6 / (0.02 * (1 - REQUESTS_SHARE_MAX)))
+    assert replace(r, small_requests=0).bytes_per_s == pytest.approx(16e6 / 0.02)
+    assert replace(r, steady_requests=0).bytes_per_s == pytest.approx(16e6 / 0.02)
+    # ranks that kept their cores idle read through a pipe that is not the cores (the emulated
+    # cluster's): another stream's wait left it to the rest
+    assert replace(r, cpu_busy=0.05).bytes_per_s == pytest.approx(16e6 / 0.02)
+    assert r.as_dict()["steady_requests"] == 6
 
 
 def test_ranks_on_one_machine_share_its_cores_nodes_in_namespaces_too():

@@ -17,6 +17,10 @@ at its parts' ends, so each part is taken to move its bytes evenly. Two windows 
 
 The core on a shared link puts a flow's fast tail inside it: on the emulated cluster's 10 MB/s
 node pipe (2 ranks, 8 flows) it gave 12.8-13.4 MB/s where the jobs got 9.5.
+
+The span also holds requests (requests_inside): the streams that began their bodies after it
+opened asked for both their parts inside it, and the model takes their time out at the request
+rate the round measured (ingest.core.sharing.SharedRound).
 """
 from __future__ import annotations
 
@@ -53,19 +57,41 @@ def _with_body(spans) -> list[StreamSpan]:
     return [s for s in spans if s.end_s > s.first_s]
 
 
+def _window(spans, flows_capped: bool) -> tuple[float, float]:
+    """(lo_s, hi_s) of steady_window, for streams that had a body."""
+    lo_s, hi_s = min(s.first_s for s in spans), max(s.end_s for s in spans)
+    if flows_capped:
+        core_lo_s = statistics.median_high(s.first_s for s in spans)  # at least half under way
+        core_hi_s = statistics.median_low(s.end_s for s in spans)  # at least half done
+        if core_hi_s - core_lo_s >= CORE_FRACTION_MIN * (hi_s - lo_s):
+            return core_lo_s, core_hi_s
+    return lo_s, hi_s
+
+
 def steady_window(spans, flows_capped: bool = False) -> tuple[int, float]:
     """(bytes, seconds) the round is timed over: its core where `flows_capped` (and the core is
     at least CORE_FRACTION_MIN of the span), else its span; (0, 0.0) when no stream had a body."""
     spans = _with_body(spans)
     if not spans:
         return 0, 0.0
-    lo_s, hi_s = min(s.first_s for s in spans), max(s.end_s for s in spans)
-    if flows_capped:
-        core_lo_s = statistics.median_high(s.first_s for s in spans)  # at least half under way
-        core_hi_s = statistics.median_low(s.end_s for s in spans)  # at least half done
-        if core_hi_s - core_lo_s >= CORE_FRACTION_MIN * (hi_s - lo_s):
-            lo_s, hi_s = core_lo_s, core_hi_s
+    lo_s, hi_s = _window(spans, flows_capped)
     return int(sum(s.bytes_between(lo_s, hi_s) for s in spans)), hi_s - lo_s
+
+
+def requests_inside(spans, flows_capped: bool = False) -> int:
+    """The requests that took the pipe's time inside steady_window: both of each stream whose body
+    began after the window opened. Such a stream asked for its warm-up and its body while the
+    others' bytes flowed over a link the streams share, and where serving a request takes what
+    moves the bytes (on one machine: the cores) that time was not the bytes'. A round of 2-8 MiB
+    a stream on loopback got 0.46-0.93 of the rate the job's whole share got over its window; less
+    these requests at the rate its own small requests got, 0.71-1.21 (two runs of `python -m
+    bench.rounds`, medians of 5 repeats in each of 12 cells). Where each connection is capped (`flows_capped`),
+    the flowing streams cannot take the time a waiting one leaves: none count."""
+    spans = _with_body(spans)
+    if flows_capped or not spans:
+        return 0
+    lo_s, _ = _window(spans, flows_capped)
+    return 2 * sum(1 for s in spans if s.first_s > lo_s)
 
 
 def overlap_s(spans) -> float:

@@ -268,6 +268,14 @@ def predict_job(cost: CostModel, shared: SharedCapacity, topology: Topology, loa
 # The ranks' CPU time over the round's wall time and the cores of the nodes they ran on: above
 # this the round measured the cores, not a pipe (on one machine, client and server share them).
 CPU_BOUND_BUSY = 0.85
+# The most of a round's steady window its requests are taken to have used (SharedRound.steady_requests_s).
+REQUESTS_SHARE_MAX = 0.35
+# A round's requests took its pipe's time only where that pipe is the machine's cores: its ranks'
+# CPU kept them at least this busy. On loopback the rounds' ranks kept 0.29-0.61 busy (the server
+# the rest; the acacia profile's, 0.20-0.40); the emulated cluster's rounds, through 10-25 MB/s
+# pipes, 0.03-0.24 (0.24: 16 ranks on one node), and there a stream's wait left the pipe to the
+# others (taking the requests out priced 4 nodes' egress 1.6-2.2x fast).
+REQUESTS_ON_CORES_BUSY = 0.25
 
 
 @dataclass(frozen=True)
@@ -286,22 +294,35 @@ class SharedRound:
     steady_bytes: int = 0  # the bytes that crossed once the ranks were under way (core.rounds.steady_window)
     steady_s: float = 0.0  # their time, the first stream's first body byte to the last stream's last
     overlap_s: float = 0.0  # how long every stream's body flowed at once (core.rounds.overlap_s): < 0, not at all
+    steady_requests: int = 0  # requests made inside the steady window (core.rounds.requests_inside)
 
     @property
     def requests_per_s(self) -> float | None:
         return self.small_requests / self.small_wall_s if self.small_requests and self.small_wall_s > 0 else None
 
     @property
+    def steady_requests_s(self) -> float:
+        """The steady window's requests at the rate the round's own small requests got: time the
+        pipe gave to serving requests, not to bytes, where the pipe was the cores (cpu_busy of at
+        least REQUESTS_ON_CORES_BUSY); else, or where it made none, 0. At most REQUESTS_SHARE_MAX of
+        the window, so that a noisy rate cannot make a pipe of a sliver."""
+        if not (self.steady_requests and self.requests_per_s and self.steady_s > 0
+                and self.cpu_busy >= REQUESTS_ON_CORES_BUSY):
+            return 0.0
+        return min(self.steady_requests / self.requests_per_s, REQUESTS_SHARE_MAX * self.steady_s)
+
+    @property
     def bytes_per_s(self) -> float:
-        """What the ranks got together once under way (all of the round where it was not timed apart)."""
+        """What the ranks got together once under way (all of the round where it was not timed
+        apart), less the time its requests took (steady_requests_s)."""
         if self.steady_bytes and self.steady_s > 0:
-            return self.steady_bytes / self.steady_s
+            return self.steady_bytes / (self.steady_s - self.steady_requests_s)
         return self.total_bytes / max(self.wall_s, 1e-9)
 
     def startup_s(self, latency_s: float) -> float:
-        """What the round took beyond its bytes at that rate and one latency (which the model
-        counts apart): threads, buffers, and ranks getting going together on their cores."""
-        return max(0.0, self.wall_s - self.total_bytes / self.bytes_per_s - latency_s)
+        """What the round took beyond its bytes at that rate, its requests and one latency (which
+        the model counts apart): threads, buffers, and ranks getting going together on their cores."""
+        return max(0.0, self.wall_s - self.total_bytes / self.bytes_per_s - self.steady_requests_s - latency_s)
 
     def as_dict(self) -> dict:
         return {"name": self.name, "ranks": self.ranks, "nodes": self.nodes, "streams": self.streams,
@@ -309,7 +330,7 @@ class SharedRound:
                 "bytes_per_s": round(self.bytes_per_s), "cpu_busy": round(self.cpu_busy, 3),
                 "small_requests": self.small_requests, "small_wall_s": round(self.small_wall_s, 6),
                 "steady_bytes": self.steady_bytes, "steady_s": round(self.steady_s, 6),
-                "overlap_s": round(self.overlap_s, 6)}
+                "overlap_s": round(self.overlap_s, 6), "steady_requests": self.steady_requests}
 
 
 def assumed_shared(alone: CostModel, measured_streams: bool, streams_add_up: bool) -> SharedCapacity:

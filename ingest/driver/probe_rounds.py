@@ -14,7 +14,7 @@ import socket
 from dataclasses import dataclass
 
 from ingest.core.cost import CostModel
-from ingest.core.rounds import overlap_s, steady_window
+from ingest.core.rounds import overlap_s, requests_inside, steady_window
 from ingest.core.sharing import SharedCapacity, SharedRound, Topology, alone_from_rounds, shared_from_rounds
 from ingest.core.tuning import streams_add_up
 from ingest.driver.mpi import cpus, quiet_barrier, root_step
@@ -120,7 +120,8 @@ class Crew:
         return SharedRound(order.name, len(results), len(hosts), order.streams,
                            order.bytes_per_rank * len(results), wall_s, busy, sum(r.get("small_n", 0) for r in results),
                            max(r["small_s"] for r in results), *steady_window(spans, order.flows_capped),
-                           overlap_s=overlap_s(spans))
+                           overlap_s=overlap_s(spans),
+                           steady_requests=requests_inside(spans, order.flows_capped))
 
 
 def _order(comm, order=None):
