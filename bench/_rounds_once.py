@@ -5,7 +5,8 @@ every rank at once, of several sizes and stream counts, interleaved; the other r
         --repeats 5 --out rounds.json
 
 A size of 0 MiB a stream is the job's whole share (the object's data over N ranks), the rate a
-real read of it gets. The sized rounds then time small requests too, as a job's last round does. Prints nothing; writes every round's (bytes, seconds) to --out.
+real read of it gets. The sized rounds then time small requests too, as a job's last round does.
+Prints nothing; writes every round's (bytes, seconds) to --out.
 """
 from __future__ import annotations
 

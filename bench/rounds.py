@@ -60,16 +60,11 @@ def _launch(env, cube, n_ranks: int, args) -> list[dict]:
             return json.load(f)
 
 
-def _window_rate(r: dict) -> float:
-    """The round's bytes over its steady window as measured, its requests' time not taken out."""
-    return r["steady_bytes"] / r["steady_s"] if r["steady_bytes"] and r["steady_s"] > 0 else r["bytes_per_s"]
-
-
 def _rate(rounds: list[dict]) -> dict:
     rates = [r["bytes_per_s"] for r in rounds]
     return {"median_bytes_per_s": statistics.median(rates), "min_bytes_per_s": min(rates),
             "max_bytes_per_s": max(rates), "n": len(rates),
-            "median_window_bytes_per_s": statistics.median(_window_rate(r) for r in rounds)}
+            "median_window_bytes_per_s": statistics.median(r["window_bytes_per_s"] for r in rounds)}
 
 
 def summarize(rounds: list[dict]) -> list[dict]:

@@ -135,6 +135,7 @@ def test_a_rounds_requests_are_taken_out_of_its_pipe_time():
     # cluster's): another stream's wait left it to the rest
     assert replace(r, cpu_busy=0.05).bytes_per_s == pytest.approx(16e6 / 0.02)
     assert r.as_dict()["steady_requests"] == 6
+    assert r.window_bytes_per_s == pytest.approx(16e6 / 0.02) and r.as_dict()["window_bytes_per_s"] == 800_000_000
 
 
 def test_ranks_on_one_machine_share_its_cores_nodes_in_namespaces_too():

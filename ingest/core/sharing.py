@@ -312,12 +312,19 @@ class SharedRound:
         return min(self.steady_requests / self.requests_per_s, REQUESTS_SHARE_MAX * self.steady_s)
 
     @property
+    def window_bytes_per_s(self) -> float:
+        """What the ranks got together once under way, over the window as measured (all of the
+        round where it was not timed apart): the requests' time still in it."""
+        if self.steady_bytes and self.steady_s > 0:
+            return self.steady_bytes / self.steady_s
+        return self.total_bytes / max(self.wall_s, 1e-9)
+
+    @property
     def bytes_per_s(self) -> float:
-        """What the ranks got together once under way (all of the round where it was not timed
-        apart), less the time its requests took (steady_requests_s)."""
+        """window_bytes_per_s less the time the window's requests took (steady_requests_s)."""
         if self.steady_bytes and self.steady_s > 0:
             return self.steady_bytes / (self.steady_s - self.steady_requests_s)
-        return self.total_bytes / max(self.wall_s, 1e-9)
+        return self.window_bytes_per_s
 
     def startup_s(self, latency_s: float) -> float:
         """What the round took beyond its bytes at that rate, its requests and one latency (which
@@ -330,7 +337,8 @@ class SharedRound:
                 "bytes_per_s": round(self.bytes_per_s), "cpu_busy": round(self.cpu_busy, 3),
                 "small_requests": self.small_requests, "small_wall_s": round(self.small_wall_s, 6),
                 "steady_bytes": self.steady_bytes, "steady_s": round(self.steady_s, 6),
-                "overlap_s": round(self.overlap_s, 6), "steady_requests": self.steady_requests}
+                "overlap_s": round(self.overlap_s, 6), "steady_requests": self.steady_requests,
+                "window_bytes_per_s": round(self.window_bytes_per_s)}
 
 
 def assumed_shared(alone: CostModel, measured_streams: bool, streams_add_up: bool) -> SharedCapacity:
