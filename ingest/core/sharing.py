@@ -111,6 +111,10 @@ class SharedCapacity:
     source: str = "nothing measured: ranks assumed not to share a pipe"
     requests_per_s: float | None = None  # small requests per second the store serves all ranks together
     startup_s: float = 0.0  # what the ranks starting at once cost before their bytes flow at the rates
+    # The node's pipe and the egress's seconds per request where a round's requests were taken out
+    # of its window (SharedRound.pipe_s_per_request): a job's requests are charged them back.
+    node_request_s: float = 0.0
+    egress_request_s: float = 0.0
 
     @property
     def node_term(self) -> str:
@@ -119,7 +123,8 @@ class SharedCapacity:
     def as_dict(self) -> dict:
         return {"node_bytes_per_s": self.node_bytes_per_s, "egress_bytes_per_s": self.egress_bytes_per_s,
                 "node_cpu_bound": self.node_cpu_bound, "requests_per_s": self.requests_per_s,
-                "startup_s": self.startup_s, "source": self.source}
+                "startup_s": self.startup_s, "node_request_s": self.node_request_s,
+                "egress_request_s": self.egress_request_s, "source": self.source}
 
 
 def share_cost(cost: CostModel, shared: SharedCapacity, topology: Topology) -> CostModel:
@@ -135,15 +140,21 @@ def share_cost(cost: CostModel, shared: SharedCapacity, topology: Topology) -> C
     # A request rate the store serves all ranks together is, for each rank, a time per request
     # that no depth of requests in flight hides: the share of it.
     per_request_s = topology.n_ranks / shared.requests_per_s if shared.requests_per_s else 0.0
+    # Where the shared pipes' figures had the rounds' requests taken out, each of the rank's
+    # requests takes its share of their time back, as its bytes take their share of the rate
+    # (on one node the same small requests' time as the request rate's: the larger counts).
+    pipe_per_request_s = (shared.node_request_s * topology.most_per_node
+                          + shared.egress_request_s * topology.n_ranks)
     # More ranks than cores on a machine: each rank's CPU time stretches by the ratio.
     ranks, cores = topology.ranks_sharing_cores(0)
     stretch = max(1.0, ranks / cores)
-    if link >= cost.bandwidth_bytes_per_s and per_request_s <= cost.cpu_per_request_s and stretch == 1.0:
+    if (link >= cost.bandwidth_bytes_per_s and per_request_s <= cost.cpu_per_request_s and stretch == 1.0
+            and not pipe_per_request_s):
         return cost
     # The cores' stretch is the CPU's own terms' (a throughput the ranks share), not a wait that
     # every request sees: the latency grows only by the store's shared request rate.
     return replace(cost, bandwidth_bytes_per_s=link, stream_bandwidth_bytes_per_s=min(cost.stream_bytes_per_s, link),
-                   cpu_per_request_s=max(cost.cpu_per_request_s * stretch, per_request_s),
+                   cpu_per_request_s=max(cost.cpu_per_request_s * stretch, per_request_s, pipe_per_request_s),
                    cpu_per_byte_s=cost.cpu_per_byte_s * stretch, latency_s=max(cost.latency_s, per_request_s))
 
 
@@ -219,13 +230,19 @@ def predict_job(cost: CostModel, shared: SharedCapacity, topology: Topology, loa
     loads = list(loads)[:topology.n_ranks]
     parts = [_rank_parts(cost, load) for load in loads]
     node_wire = [0] * topology.n_nodes
+    node_requests = [0] * topology.n_nodes
     machine_cpu_s = [0.0] * len(topology.cores_of_machine)
     for rank, (load, part) in enumerate(zip(loads, parts)):
         node_wire[topology.node_of_rank[rank]] += load.wire_bytes
+        node_requests[topology.node_of_rank[rank]] += load.n_requests
         if topology.cores_of_machine:
             machine_cpu_s[topology.machine_of_rank[rank]] += part.cpu_requests_s + part.bytes_terms[CPU]
-    egress_s = sum(node_wire) / shared.egress_bytes_per_s if shared.egress_bytes_per_s else 0.0
-    requests_s = sum(load.n_requests for load in loads) / shared.requests_per_s if shared.requests_per_s else 0.0
+    all_requests = sum(node_requests)
+    # A shared pipe carries every byte behind it and, where the rounds priced its rate without
+    # their requests, every request's time as well (SharedCapacity.node_request_s).
+    egress_s = (sum(node_wire) / shared.egress_bytes_per_s + all_requests * shared.egress_request_s
+                if shared.egress_bytes_per_s else 0.0)
+    requests_s = all_requests / shared.requests_per_s if shared.requests_per_s else 0.0
     terms: dict[str, float] = {}
     best = (0.0, LATENCY)
     for rank, (load, part) in enumerate(zip(loads, parts)):
@@ -233,7 +250,9 @@ def predict_job(cost: CostModel, shared: SharedCapacity, topology: Topology, loa
             continue
         bytes_terms = dict(part.bytes_terms)
         node = topology.node_of_rank[rank]
-        bytes_terms[shared.node_term] = node_wire[node] / shared.node_bytes_per_s if shared.node_bytes_per_s else 0.0
+        bytes_terms[shared.node_term] = (node_wire[node] / shared.node_bytes_per_s
+                                         + node_requests[node] * shared.node_request_s
+                                         if shared.node_bytes_per_s else 0.0)
         bytes_terms[EGRESS] = egress_s
         name, bytes_s = max(bytes_terms.items(), key=lambda kv: kv[1])
         # The machine's cores run every rank on it: their CPU seconds over its cores, whatever
@@ -312,6 +331,13 @@ class SharedRound:
         return min(self.steady_requests / self.requests_per_s, REQUESTS_SHARE_MAX * self.steady_s)
 
     @property
+    def pipe_s_per_request(self) -> float:
+        """The pipe's seconds each of the window's requests took (steady_requests_s over them; 0
+        where none was taken out). A job's requests take as much of it: predict_job charges them
+        back, so a job read as the round was is priced at the window as measured."""
+        return self.steady_requests_s / self.steady_requests if self.steady_requests else 0.0
+
+    @property
     def window_bytes_per_s(self) -> float:
         """What the ranks got together once under way, over the window as measured (all of the
         round where it was not timed apart): the requests' time still in it."""
@@ -381,6 +407,7 @@ def shared_from_rounds(alone: CostModel, rounds, fallback: SharedCapacity) -> Sh
     cores), not the pipe, so rank 0's probe is its floor."""
     node, egress, cpu_bound = fallback.node_bytes_per_s, fallback.egress_bytes_per_s, fallback.node_cpu_bound
     requests = fallback.requests_per_s
+    node_request_s, egress_request_s = fallback.node_request_s, fallback.egress_request_s
     by_name = {r.name: r for r in rounds}
     if "node" in by_name:
         r = by_name["node"]
@@ -391,11 +418,13 @@ def shared_from_rounds(alone: CostModel, rounds, fallback: SharedCapacity) -> Sh
         # no round saw (on one machine, the cores under the proxy and the server stop it first).
         node, cpu_bound = (max(r.bytes_per_s, alone_bps), r.cpu_busy >= CPU_BOUND_BUSY) if shared else (
             r.bytes_per_s, False)
+        node_request_s = r.pipe_s_per_request if node == r.bytes_per_s else 0.0  # not where the floor set it
     if "nodes" in by_name:
         r = by_name["nodes"]
         alone_bps = alone.bandwidth(r.streams)
         per_node = min(alone_bps * r.ranks / r.nodes, node or float("inf"))
         egress = max(r.bytes_per_s, alone_bps) if r.bytes_per_s < SCALING_FRACTION * r.nodes * per_node else None
+        egress_request_s = r.pipe_s_per_request if egress == r.bytes_per_s else 0.0
     for r in rounds:
         # Ranks whose small requests took longer together than one rank's alone would (its
         # latency, overlapped as far as its probe saw) were waiting on a shared request rate.
@@ -405,4 +434,5 @@ def shared_from_rounds(alone: CostModel, rounds, fallback: SharedCapacity) -> Sh
     # The start-up of the round with the most ranks: the job's ranks get going as they did.
     startup_s = max(rounds, key=lambda r: r.ranks).startup_s(alone.latency_s) if rounds else fallback.startup_s
     names = " and ".join(f"{r.name} round ({r.ranks} ranks on {r.nodes} node(s))" for r in rounds)
-    return SharedCapacity(node, egress, cpu_bound, f"measured: {names}", requests, startup_s)
+    return SharedCapacity(node, egress, cpu_bound, f"measured: {names}", requests, startup_s, node_request_s,
+                          egress_request_s)
