@@ -142,15 +142,16 @@ def test_the_floor_stands_only_for_a_like_job_that_moved_more(past):
     assert with_floors(ALONE, NODE_ROUND, SHAPE, past, 100.0) == (ALONE, NODE_ROUND)
 
 
-def test_the_floor_compares_like_with_like_where_the_pipe_was_priced_without_its_requests():
-    """SHAPE's busiest node: 512 MiB in 32 requests. A pipe of 800 MB/s less its requests, each
-    4 ms of it, carries this job at 512 MiB / (0.671 + 0.128 s) = 672 MB/s: a like job that
-    moved 700 MB/s, its requests and all, floors it, and the floor has them in it already."""
+def test_a_floor_has_its_requests_in_it():
+    """A pipe of 800 MB/s priced without its rounds' requests, each 4 ms of it: a like job that
+    moved 900 MB/s, its requests and all, floors it, and no request is charged on top. One that
+    moved 700 is compared with the 800 (not with the 672 that SHAPE's 32 requests would leave):
+    the fastest earlier job is an optimistic figure on a noisy machine, and is kept for where it
+    beat the rounds outright."""
     priced = replace(NODE_ROUND, node_request_s=0.004)
-    alone, got = with_floors(ALONE, priced, SHAPE, [_ran("s3", 1, 2, 0.7e9)], 100.0)
-    assert got.node_bytes_per_s == pytest.approx(0.7e9) and got.node_request_s == 0.0
-    # at 800 MB/s with no requests charged, 700 is less: the rounds stand
-    assert with_floors(ALONE, NODE_ROUND, SHAPE, [_ran("s3", 1, 2, 0.7e9)], 100.0) == (ALONE, NODE_ROUND)
+    alone, got = with_floors(ALONE, priced, SHAPE, [_ran("s3", 1, 2, 0.9e9)], 100.0)
+    assert got.node_bytes_per_s == pytest.approx(0.9e9) and got.node_request_s == 0.0
+    assert with_floors(ALONE, priced, SHAPE, [_ran("s3", 1, 2, 0.7e9)], 100.0) == (ALONE, priced)
 
 
 def test_the_floor_makes_no_pipe_where_none_was_seen():

@@ -158,15 +158,6 @@ def _fastest_like(past, shape: JobShape, now_s: float, count) -> tuple[PastJob, 
     return max(rated, key=lambda job_rate: job_rate[1], default=None)
 
 
-def _pipe_rate(shared: SharedCapacity, shape: JobShape) -> float:
-    """The node's pipe as a job of `shape` gets it: its busiest node's wire bytes over their time
-    and its requests' (each rank taken to make the busiest rank's)."""
-    requests_s = shape.rank_requests * max(shape.ranks_per_node, default=1) * shared.node_request_s
-    if not shape.node_wire_bytes or not requests_s:
-        return shared.node_bytes_per_s
-    return shape.node_wire_bytes / (shape.node_wire_bytes / shared.node_bytes_per_s + requests_s)
-
-
 def with_floors(alone: CostModel, shared: SharedCapacity, shape: JobShape, past,
                 now_s: float) -> tuple[CostModel, SharedCapacity]:
     """One rank's link and the node's pipe, each raised to what an earlier job on the endpoint
@@ -195,10 +186,11 @@ def with_floors(alone: CostModel, shared: SharedCapacity, shape: JobShape, past,
     fastest = _fastest_like(past, shape, now_s, lambda sh: (sh.streams_per_node, sh.node_wire_bytes))
     if fastest is not None and shared.node_bytes_per_s:
         node, rate = fastest
-        # A finished job's rate has its requests' time in it; the pipe's figure may not have
-        # (SharedCapacity.node_request_s): compare like with like, this job's requests charged.
-        model_rate = _pipe_rate(shared, shape)
-        if model_rate < rate <= MODEL_AGREES * model_rate:
+        # Compared with the pipe's figure as the rounds left it, without this job's requests
+        # (SharedCapacity.node_request_s) charged: with them charged the fastest earlier job
+        # floored most loopback jobs, and priced them about 15 % fast (bench.predictions,
+        # 2026-11-26). A floor, a finished job's rate, has its requests in it: none are charged.
+        if shared.node_bytes_per_s < rate <= MODEL_AGREES * shared.node_bytes_per_s:
             notes.append(f"the node's pipe at least {rate / 1e6:.0f} MB/s, as a job of "
                          f"{max(node.shape.ranks_per_node, default=1)} rank(s) x {node.shape.threads} stream(s) "
                          f"on one node moved {format_age(now_s - node.at_s)} ago")
