@@ -126,6 +126,15 @@ class SharedCapacity:
                 "startup_s": self.startup_s, "node_request_s": self.node_request_s,
                 "egress_request_s": self.egress_request_s, "source": self.source}
 
+    @classmethod
+    def from_dict(cls, record: dict, source: str) -> "SharedCapacity":
+        """as_dict's record back (the link cache's), named `source`; a field an older version did not
+        write takes its default."""
+        return cls(record.get("node_bytes_per_s"), record.get("egress_bytes_per_s"),
+                   bool(record.get("node_cpu_bound")), source, record.get("requests_per_s"),
+                   record.get("startup_s") or 0.0, record.get("node_request_s") or 0.0,
+                   record.get("egress_request_s") or 0.0)
+
 
 def share_cost(cost: CostModel, shared: SharedCapacity, topology: Topology) -> CostModel:
     """The cost model of one rank on the busiest node when every rank reads at once: its link is

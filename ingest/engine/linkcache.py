@@ -99,11 +99,7 @@ def recall(endpoint: str | None, now_s: float | None = None) -> Recalled | None:
     shared = None
     if "shared" in fresh:
         s = fresh["shared"]
-        shared = SharedCapacity(s.get("node_bytes_per_s"), s.get("egress_bytes_per_s"), bool(s.get("node_cpu_bound")),
-                                source=described(endpoint, now_s - s["at_s"]),
-                                requests_per_s=s.get("requests_per_s"), startup_s=s.get("startup_s") or 0.0,
-                                node_request_s=s.get("node_request_s") or 0.0,
-                                egress_request_s=s.get("egress_request_s") or 0.0)
+        shared = SharedCapacity.from_dict(s, described(endpoint, now_s - s["at_s"]))
     return Recalled(endpoint, age_s, probe, shared)
 
 
