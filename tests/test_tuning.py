@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ingest.engine.autotune as autotune
+from ingest.engine import linkcache
 from ingest.engine.autotune import ROUND_RULES, overlap_at_stake_s, tune_read
 from ingest.formats.fits import FitsLayout as Layout
 from ingest.core.lattice import STRATEGIES, make_plan
@@ -112,11 +113,71 @@ def test_user_values_are_kept():
 
 
 def test_small_boxes_are_not_probed():
-    blob = b"h" * 2880 + bytes(LAYOUT.data_bytes // 64)
+    """One 1 MiB plane: under FIRST_LOOK_JOB_MULTIPLE times the least a stream round reads, so
+    not even a first look at an endpoint nothing was measured of."""
+    blob = b"h" * 2880 + bytes(4 * 512 * 512 * 4)
     small_layout = Layout("m", 0, (4, 512, 512), -32, 0, 2880, len(blob))
+    assert autotune.FIRST_LOOK_JOB_MULTIPLE * MIN_PROBE_READ_BYTES > 512 * 512 * 4
     t = MemoryTransport(blob)
-    tuning, probe = tune_read(t, small_layout, normalize((), small_layout.shape), CostModel())
+    tuning, probe = tune_read(t, small_layout, normalize((slice(0, 1),), small_layout.shape), CostModel())
     assert probe is None and t.requests == 0 and "configured" in tuning.reason
+
+
+def test_an_endpoint_nothing_was_measured_of_gets_a_first_look(monkeypatch, tmp_path):
+    """A 4 MiB box priced with the configured 75 MB/s leaves the probe a budget of ~2 ms: no
+    round fits. With nothing measured of the endpoint, the stream round runs anyway, its read
+    an eighth of the job's bytes; the next job finds it cached and does not look again."""
+    monkeypatch.setenv("INGEST_LINK_CACHE", str(tmp_path / "links.json"))
+    blob = b"h" * 2880 + bytes(4 * 512 * 512 * 4)
+    layout = Layout("m", 0, (4, 512, 512), -32, 0, 2880, len(blob))
+    box = normalize((), layout.shape)
+    slow = CostModel(latency_s=0.002, bandwidth_bytes_per_s=75e6)
+    t = EndpointTransport(blob)
+    tuning, probe = tune_read(t, layout, box, slow)
+    assert probe is not None and probe.measured[0] == "stream"
+    assert t.sizes[0] == 4 * 512 * 512 * 4 // autotune.FIRST_LOOK_JOB_MULTIPLE  # the look's one read
+    assert tuning.reason.startswith("first look (nothing measured of this endpoint before): probe:")
+    assert "configured" not in tuning.reason
+    again = EndpointTransport(blob)
+    tuning, probe = tune_read(again, layout, box, slow, budget_fraction=1e-9)
+    assert probe is None and again.requests == 0 and tuning.reason.startswith("cached measurement of")
+    # Nothing cached and a budget of nothing: no look either (the caller wants no probe).
+    monkeypatch.setenv("INGEST_LINK_CACHE", "off")
+    none = EndpointTransport(blob)
+    assert tune_read(none, layout, box, slow, budget_fraction=0.0)[1] is None and none.requests == 0
+
+
+def test_a_cached_probe_suggests_what_the_ranks_share_as_a_fresh_one_would(monkeypatch, tmp_path):
+    """An earlier run saw this endpoint's streams share one link (1.0x on 2) and measured nothing
+    the ranks share: a job of 4 ranks on one node is priced with a quarter of that link each, as
+    after a fresh probe (assumed_shared), not with the whole link per rank."""
+    monkeypatch.setenv("INGEST_LINK_CACHE", str(tmp_path / "links.json"))
+    t = EndpointTransport(b"h" * 2880 + bytes(4 * 512 * 512 * 4))
+    layout = Layout("m", 0, (4, 512, 512), -32, 0, 2880, t.object_bytes)
+    saturated = replace(link(0.001, 100e6, 100e6), measured=("stream", "streams"))
+    linkcache.remember(t.endpoint, probe=saturated)
+    four = Topology.block(4, 1)
+    tuning, probe = tune_read(t, layout, normalize((slice(0, 1),), layout.shape), CostModel(), probe=False,
+                              topology=four)
+    assert probe is None and tuning.shared.source == "assumed: a node's ranks share the link rank 0's streams shared"
+    assert tuning.cost.bandwidth_bytes_per_s == pytest.approx(100e6 / 4)
+
+
+class EndpointTransport(MemoryTransport):
+    """In-memory bytes under an endpoint's name, as the link cache keeps measurements; the
+    sizes of its reads in order."""
+
+    def __init__(self, blob: bytes):
+        super().__init__(blob)
+        self.sizes: list[int] = []
+
+    def read_into(self, buffer, offset):
+        self.sizes.append(len(buffer))
+        return super().read_into(buffer, offset)
+
+    @property
+    def endpoint(self) -> str:
+        return "http://memory.invalid:9000"
 
 
 def test_cost_model_without_stream_bandwidth_shares_one_link_and_hides_waits_behind_it():

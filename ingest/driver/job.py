@@ -182,11 +182,12 @@ def _tune_for_job(cfg: RunConfig, transport: Transport, layout: Layout, header, 
 
 
 def prepare_job(cfg: RunConfig, topology: Topology, staging: bool = False, rank_outputs: bool = True,
-                crew=None) -> Job:
+                crew=None, room=None) -> Job:
     """Rank 0: resolve the source, read the header, check there is room to stage (before any
-    data moves), probe and tune (with `crew`, the other ranks waiting in
-    ingest.driver.probe_rounds, also what they share), decompose the cube, predict the job,
-    check the URL's lifetime against the prediction, check the output directory."""
+    data moves; `room(job_bytes)`, if given, checks the caller's own output for the job box's
+    bytes), probe and tune (with `crew`, the other ranks waiting in ingest.driver.probe_rounds,
+    also what they share), decompose the cube, predict the job, check the URL's lifetime
+    against the prediction, check the output directory."""
     n_ranks = topology.n_ranks
     method, read_source, signer_args = resolve_source(cfg)
     if method == "presigned":
@@ -202,6 +203,8 @@ def prepare_job(cfg: RunConfig, topology: Topology, staging: bool = False, rank_
             from ingest.staging.stage import check_space
 
             check_space(cfg.stage_dir, info.object_bytes)
+        if room is not None and not tiled:
+            room(box_bytes(_job_box(cfg, layout), layout.itemsize))
         rounds = ()
         if not tiled and tunable(cfg, layout):
             settings, rounds = _tune_for_job(cfg, transport, layout, header, topology, crew, read_source, method)

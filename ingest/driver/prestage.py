@@ -340,6 +340,16 @@ def _merge_rank(records: list[dict]) -> dict:
     return out
 
 
+def _room_before_data(cfg: RunConfig, job_bytes: int) -> None:
+    """Rank 0, before the probe reads a data byte: room for the least this run writes, the job
+    box once (its regions tile it; overlaps, frames and companions only add). _open_files checks
+    the exact figure once the regions are known. Not when resuming or taking the first regions:
+    then less may be left to write than the box."""
+    if cfg.take_regions is not None or (not cfg.fresh and manifests.load(cfg.output_dir) is not None):
+        return
+    check_space(cfg.output_dir, job_bytes, field="output_dir", purpose="the regions to stage")
+
+
 def prestage(comm, cfg: RunConfig) -> dict | None:
     """Stage every region of cfg.source (and its companions) into cfg.output_dir by cfg.layout;
     resume from manifest.json. Returns the report on rank 0."""
@@ -348,7 +358,8 @@ def prestage(comm, cfg: RunConfig) -> dict | None:
     if not cfg.output_dir:
         raise ConfigError("output_dir: required for `prestage` (the directory the pipeline reads from)")
     rank, size = comm.Get_rank(), comm.Get_size()
-    job = root_step_with_crew(comm, prepare_job, cfg, topology(comm), cfg.compare == "staging", False)
+    job = root_step_with_crew(comm, prepare_job, cfg, topology(comm), cfg.compare == "staging", False,
+                              room=lambda job_bytes: _room_before_data(cfg, job_bytes))
     stage = root_step(comm, _prepare, cfg, job, size)
     todo, bad = _to_do(comm, cfg, stage, job)
     assignment = assign(job.regions, job.layout.itemsize, size, todo)

@@ -13,6 +13,11 @@ that order, each decided by its row of ROUND_RULES, one _TuningSession method pe
   than it costs (`repays_past_budget`): the plan's overlap at stake pays for the rounds up to
   the latency round (overlap_at_stake_s), streams adding up for the streams round
   (streams_at_stake_s);
+- when nothing was ever measured of the endpoint, the stream round runs if its read is a small
+  part of the job's bytes (`first_look`): the budget is a fraction of a time priced with the
+  configured bandwidth, which a slow link makes far too short (75 MB/s priced a thin job on a
+  10 MB/s pipe 8-16x fast, and so gave it no probe). The look and the job move bytes over the
+  same unknown link, so their bytes weigh them where their times cannot yet;
 - a round that neither fits nor repays stops the probe, except the latency round, which is
   passed over: the streams round does not need its figures;
 - after a round the plan is chosen again (`retune`) and the rounds passed over are weighed
@@ -31,7 +36,7 @@ from ingest.core.layout import Layout
 from ingest.formats.reader import HeaderTiming
 from ingest.core.cost import CostModel
 from ingest.core.plan import plan_selection, storage_of
-from ingest.engine.probe import LinkProber
+from ingest.engine.probe import MIN_PROBE_READ_BYTES, LinkProber
 from ingest.core.linkprobe import ASSUMED_CPU_PER_BYTE_S, PROBE_MIN_DATA_BYTES, MiB, LinkProbe
 from ingest.core.selection import Selection
 from ingest.transports.base import Transport
@@ -44,6 +49,10 @@ from ingest.engine import linkcache
 PROBE_BUDGET_FRACTION = 0.04
 PROBE_READ_MAX_BYTES = 8 * MiB
 PROBE_READ_MIN_BYTES = 1 * MiB  # shrunk (to probe.MIN_PROBE_READ_BYTES) when the budget has no room
+# A first look at an endpoint nothing was measured of: the stream round, when the job's ranks
+# read at least this many times its bytes. Measured once, it is kept (ingest.engine.linkcache):
+# the endpoint's later jobs are priced with it and do not look again.
+FIRST_LOOK_JOB_MULTIPLE = 8
 
 
 def probe_read_bytes(needed_bytes: int) -> int:
@@ -85,9 +94,13 @@ def regret_s(tuning: Tuning, cost: CostModel, world: CostModel, layout: Layout, 
     """How much slower the plan chosen under `cost` would be than the best plan, were the link
     `world` instead: what the choice stakes on the figures in which the two differ. `tune(cost)`
     chooses as the caller does."""
-    plan = plan_selection(layout, sel, strategy=tuning.strategy, chunk_bytes=tuning.chunk_bytes,
+    return plan_of(tuning, cost, layout, sel).predicted_s(world, tuning.threads) - tune(world).predicted_s
+
+
+def plan_of(tuning: Tuning, cost: CostModel, layout: Layout, sel: Selection):
+    """The plan `tuning` chose for `sel`, made again (its requests under `cost`)."""
+    return plan_selection(layout, sel, strategy=tuning.strategy, chunk_bytes=tuning.chunk_bytes,
                           max_gap_bytes=tuning.max_gap_bytes, cost=cost)
-    return plan.predicted_s(world, tuning.threads) - tune(world).predicted_s
 
 
 def overlap_at_stake_s(tuning: Tuning, cost: CostModel, layout: Layout, sel: Selection, tune) -> float:
@@ -114,7 +127,7 @@ class RoundRule(NamedTuple):
     """How the tuner decides one of the probe's rounds."""
 
     name: str  # the round (ingest.core.linkprobe.ROUNDS, in the order they run)
-    past_budget: str  # what still pays for the round when the budget has no room for it
+    past_budget: tuple[str, ...]  # what still pays for the round when the budget has no room for it
     if_not_worth: str  # "stop" the probe, or "pass over" the round (the later ones may still run)
     then: str  # what follows the round once it ran, beyond choosing the plan again
 
@@ -122,11 +135,11 @@ class RoundRule(NamedTuple):
 ROUND_RULES = (
     # Every plan is priced with one stream's bandwidth, which only this round measures: without
     # it no later round's figures can be used. The overlap at stake pays for it because the
-    # latency round comes after it.
-    RoundRule("stream", past_budget="overlap at stake", if_not_worth="stop", then="regrow stream"),
+    # latency round comes after it; a first look at an unmeasured endpoint, for the prediction.
+    RoundRule("stream", past_budget=("overlap at stake", "first look"), if_not_worth="stop", then="regrow stream"),
     # The streams round does not need this round's figures, so it may still be worth its time.
-    RoundRule("latency", past_budget="overlap at stake", if_not_worth="pass over", then=""),
-    RoundRule("streams", past_budget="streams at stake", if_not_worth="stop", then=""),
+    RoundRule("latency", past_budget=("overlap at stake",), if_not_worth="pass over", then=""),
+    RoundRule("streams", past_budget=("streams at stake",), if_not_worth="stop", then=""),
 )
 _RULE_OF = {rule.name: rule for rule in ROUND_RULES}
 
@@ -137,7 +150,8 @@ class _TuningSession:
 
     def __init__(self, layout: Layout, sel: Selection, alone: CostModel, model: str, *, chunk_bytes: int | None,
                  threads: int | None, gap_bytes: int | None, topology: Topology, shared: SharedCapacity | None,
-                 budget_fraction: float, in_flight_max: int, depth_on_evidence: bool):
+                 budget_fraction: float, in_flight_max: int, depth_on_evidence: bool,
+                 known: LinkProbe | None = None):
         self.layout, self.sel = layout, sel
         self.chunk_bytes, self.threads, self.gap_bytes = chunk_bytes, threads, gap_bytes
         self.topology = topology
@@ -146,13 +160,16 @@ class _TuningSession:
         self.in_flight_max = in_flight_max
         self.depth_on_evidence = depth_on_evidence
         self.model = model  # where the configured (or header-hinted, or cached) cost came from
+        self.known = known  # an earlier run's probe of this endpoint (`alone` is its model), or None
         # `alone` prices the probe's rounds (rank 0 reads alone); `cost`, its share of what the
-        # job's ranks share, the plans.
+        # job's ranks share, the plans. A cached probe suggests what is shared as a fresh one would.
         self.alone = alone
-        self.shared = shared or SharedCapacity()
+        self.shared = shared or (assumed_shared(alone, "streams" in known.measured, streams_add_up(known))
+                                 if known is not None else SharedCapacity())
         self.cost = share_cost(alone, self.shared, topology)
         self.tuning = self.tune(self.cost, model)
         self.prober: LinkProber | None = None
+        self.looked = False  # the stream round ran as a first look (`first_look`): the reason says so
 
     def tune(self, cost: CostModel, model: str, measured=()) -> Tuning:
         """The plan `cost` predicts fastest, `measured` the rounds behind it. Deeper than
@@ -200,7 +217,24 @@ class _TuningSession:
 
     def repays_past_budget(self, rule: RoundRule) -> bool:
         """Does what the rule puts at stake exceed what the round costs?"""
-        return {"overlap at stake": self.overlap_repays, "streams at stake": self.streams_repay}[rule.past_budget]()
+        stakes = {"overlap at stake": self.overlap_repays, "streams at stake": self.streams_repay,
+                  "first look": self.first_look}
+        return any(stakes[stake]() for stake in rule.past_budget)
+
+    def first_look(self) -> bool:
+        """Nothing measured of this endpoint, and the job's ranks read at least
+        FIRST_LOOK_JOB_MULTIPLE times the least a stream round reads? Then the round's read is
+        sized to that share of the job's bytes (not past the size the probe asked for): a read of
+        256 KiB through a 10 MB/s cap measured 11-12 MB/s, its first flight arriving with the
+        reply's headers, where a longer one comes closer to the rate."""
+        if self.known is not None or self.prober.measured or self.budget_fraction <= 0:
+            return False  # (a budget of nothing: the caller wants no probe at all)
+        job_wire_bytes = plan_of(self.tuning, self.cost, self.layout, self.sel).wire_bytes * self.topology.n_ranks
+        if FIRST_LOOK_JOB_MULTIPLE * MIN_PROBE_READ_BYTES > job_wire_bytes:
+            return False
+        self.prober.size_first_read(job_wire_bytes // FIRST_LOOK_JOB_MULTIPLE)
+        self.looked = True
+        return True
 
     def overlap_repays(self) -> bool:
         """Does the plan lean on unmeasured overlap by more than the rounds up to the latency
@@ -238,7 +272,10 @@ class _TuningSession:
         self.alone = cost_from_probe(link, threads_max=self.in_flight_max)
         self.shared = self.given_shared or assumed_shared(self.alone, "streams" in link.measured, streams_add_up(link))
         self.cost = share_cost(self.alone, self.shared, self.topology)
-        self.tuning = self.tune(self.cost, describe_probe(link, self.alone, self.shared_text()), link.measured)
+        model = describe_probe(link, self.alone, self.shared_text())
+        if self.looked:
+            model = f"first look (nothing measured of this endpoint before): {model}"
+        self.tuning = self.tune(self.cost, model, link.measured)
 
     def shared_text(self) -> str:
         """What the job's ranks share, for the reason (nothing, for a job of one rank)."""
@@ -268,14 +305,15 @@ def tune_read(transport: Transport, layout: Layout, sel: Selection, fallback: Co
     how = "as the header request took" if hinted else "configured"
     model = (f"configured cost model ({cost.latency_s * 1e3:.3g} ms per request, {how}; "
              f"{cost.bandwidth_bytes_per_s / 1e6:g} MB/s)")
-    if recalled is not None and recalled.probe is not None:
-        cost = cost_from_probe(recalled.probe, threads_max=in_flight)
-        model = f"{recalled.describe()}: {describe_probe(recalled.probe, cost)}"
+    known = recalled.probe if recalled is not None else None
+    if known is not None:
+        cost = cost_from_probe(known, threads_max=in_flight)
+        model = f"{recalled.describe()}: {describe_probe(known, cost)}"
     if shared is None and recalled is not None:
         shared = recalled.shared
     session = _TuningSession(layout, sel, cost, model, chunk_bytes=chunk_bytes, threads=threads, gap_bytes=gap_bytes,
                              topology=topology or Topology.block(1, 1), shared=shared, budget_fraction=budget_fraction,
-                             in_flight_max=in_flight, depth_on_evidence=in_flight_max is None)
+                             in_flight_max=in_flight, depth_on_evidence=in_flight_max is None, known=known)
     if not probe:
         return session.tuning, None
     span_offset, span_bytes = data_span(layout)

@@ -92,6 +92,7 @@ class LinkProber:
         self.streams = streams
         # Every read stays inside the data: streams + 1 large reads laid end to end.
         self._large_cap = max(MIN_PROBE_READ_BYTES, data_bytes // (streams + 1))
+        self._large_wanted = large_bytes  # what the caller asked for, before a budget cut it
         self.large_bytes = max(MIN_PROBE_READ_BYTES, min(large_bytes, self._large_cap))
         self.small_bytes = min(small_bytes, self.large_bytes)
         self._span = max(1, data_bytes - self.small_bytes)
@@ -150,6 +151,13 @@ class LinkProber:
         if self._large_bytes_read == 0:
             fits = (within_s - latency_s) * stream_bytes_per_s
             self.large_bytes = max(MIN_PROBE_READ_BYTES, min(self.large_bytes, int(min(fits, self.large_bytes))))
+            self.small_bytes = min(self.small_bytes, self.large_bytes)
+
+    def size_first_read(self, nbytes: int) -> None:
+        """Before the first read: the chunk-sized reads nbytes long, within the size the prober
+        was made with and the span's share (not below MIN_PROBE_READ_BYTES)."""
+        if self._large_bytes_read == 0:
+            self.large_bytes = max(MIN_PROBE_READ_BYTES, min(nbytes, self._large_wanted, self._large_cap))
             self.small_bytes = min(self.small_bytes, self.large_bytes)
 
     def grow_stream(self, within_s: float, latency_s: float, stream_bytes_per_s: float, max_bytes: int) -> bool:
