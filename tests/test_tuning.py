@@ -106,6 +106,17 @@ def test_ranks_on_one_node_share_a_saturated_link():
     assert capped.bandwidth_bytes_per_s == 75e6 * 16  # per-connection caps are not shared
 
 
+def test_ranks_on_one_node_share_the_one_stream_rank_0_measured():
+    """Only the stream round ran: the rank's link is that stream's rate for all its threads, and
+    the node's four ranks share it too until a round shows more (a quarter each)."""
+    one = replace(link(0.001, 10e6, 10e6), measured=("stream",))
+    alone = cost_from_probe(one)
+    shared = assumed_shared(alone, False, streams_add_up(one))
+    assert shared.source == "assumed: a node's ranks share the one stream rank 0 measured"
+    assert share_cost(alone, shared, Topology.block(4, 1)).bandwidth_bytes_per_s == pytest.approx(10e6 / 4)
+    assert share_cost(alone, shared, Topology.block(4, 4)).bandwidth_bytes_per_s == pytest.approx(10e6)
+
+
 def test_user_values_are_kept():
     cost = CostModel()
     t = choose(cost, LAYOUT, normalize(BOXES["thin"], LAYOUT.shape), chunk_bytes=3 * MiB, threads=5, gap_bytes=1000)

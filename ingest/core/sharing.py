@@ -378,12 +378,18 @@ class SharedRound:
 
 def assumed_shared(alone: CostModel, measured_streams: bool, streams_add_up: bool) -> SharedCapacity:
     """What rank 0's probe alone suggests: when its streams shared one link, the ranks on a node
-    share what it got (the pipe is assumed to be the node's; an egress behind it is unseen)."""
-    if measured_streams and not streams_add_up:
+    share what it got (the pipe is assumed to be the node's; an egress behind it is unseen).
+    When only one stream was measured, the rank's link is that stream's rate for all its
+    threads, and the node's ranks are taken to share it too, until a round shows more: assumed
+    apart, 16 ranks on one 10 MB/s node were each priced at 11 MB/s, 16x fast, and a prediction
+    that fast leaves the next job's rounds no budget to find out."""
+    if not measured_streams:
+        return SharedCapacity(node_bytes_per_s=alone.bandwidth_bytes_per_s,
+                              source="assumed: a node's ranks share the one stream rank 0 measured")
+    if not streams_add_up:
         return SharedCapacity(node_bytes_per_s=alone.bandwidth_bytes_per_s,
                               source="assumed: a node's ranks share the link rank 0's streams shared")
-    return SharedCapacity(source="assumed: nothing shared (rank 0's streams did not share a link)"
-                          if measured_streams else SharedCapacity.source)
+    return SharedCapacity(source="assumed: nothing shared (rank 0's streams did not share a link)")
 
 
 def rank_at_least(alone: CostModel, bytes_per_s: float, streams: int) -> CostModel:
