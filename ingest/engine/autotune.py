@@ -164,8 +164,7 @@ class _TuningSession:
         # `alone` prices the probe's rounds (rank 0 reads alone); `cost`, its share of what the
         # job's ranks share, the plans. A cached probe suggests what is shared as a fresh one would.
         self.alone = alone
-        self.shared = shared or (assumed_shared(alone, "streams" in known.measured, streams_add_up(known))
-                                 if known is not None else SharedCapacity())
+        self.shared = self.suggested_shared(known)
         self.cost = share_cost(alone, self.shared, topology)
         self.tuning = self.tune(self.cost, model)
         self.prober: LinkProber | None = None
@@ -270,12 +269,21 @@ class _TuningSession:
         """The cost model the probe so far gives, and the plan it chooses."""
         link = self.prober.result()
         self.alone = cost_from_probe(link, threads_max=self.in_flight_max)
-        self.shared = self.given_shared or assumed_shared(self.alone, "streams" in link.measured, streams_add_up(link))
+        self.shared = self.suggested_shared(link)
         self.cost = share_cost(self.alone, self.shared, self.topology)
         model = describe_probe(link, self.alone, self.shared_text())
         if self.looked:
             model = f"first look (nothing measured of this endpoint before): {model}"
         self.tuning = self.tune(self.cost, model, link.measured)
+
+    def suggested_shared(self, link: LinkProbe | None) -> SharedCapacity:
+        """What the ranks share: the caller's (measured or cached), else what `link` (rank 0's
+        probe of the link `alone` models, fresh or cached) suggests, else nothing known."""
+        if self.given_shared is not None:
+            return self.given_shared
+        if link is None:
+            return SharedCapacity()
+        return assumed_shared(self.alone, "streams" in link.measured, streams_add_up(link))
 
     def shared_text(self) -> str:
         """What the job's ranks share, for the reason (nothing, for a job of one rank)."""

@@ -148,16 +148,19 @@ class LinkProber:
     def fit_large_bytes(self, within_s: float, latency_s: float, stream_bytes_per_s: float) -> None:
         """Shrink the chunk-sized reads, before the first, so one takes about `within_s` (not
         below MIN_PROBE_READ_BYTES: next_round_s then says the round does not fit)."""
-        if self._large_bytes_read == 0:
-            fits = (within_s - latency_s) * stream_bytes_per_s
-            self.large_bytes = max(MIN_PROBE_READ_BYTES, min(self.large_bytes, int(min(fits, self.large_bytes))))
-            self.small_bytes = min(self.small_bytes, self.large_bytes)
+        fits = (within_s - latency_s) * stream_bytes_per_s
+        self._cut_large(int(min(fits, self.large_bytes)))
 
     def size_first_read(self, nbytes: int) -> None:
         """Before the first read: the chunk-sized reads nbytes long, within the size the prober
         was made with and the span's share (not below MIN_PROBE_READ_BYTES)."""
+        self._cut_large(min(nbytes, self._large_wanted, self._large_cap))
+
+    def _cut_large(self, nbytes: int) -> None:
+        """Before the first chunk-sized read only: those reads nbytes long (not below
+        MIN_PROBE_READ_BYTES), the small ones no longer than they."""
         if self._large_bytes_read == 0:
-            self.large_bytes = max(MIN_PROBE_READ_BYTES, min(nbytes, self._large_wanted, self._large_cap))
+            self.large_bytes = max(MIN_PROBE_READ_BYTES, nbytes)
             self.small_bytes = min(self.small_bytes, self.large_bytes)
 
     def grow_stream(self, within_s: float, latency_s: float, stream_bytes_per_s: float, max_bytes: int) -> bool:
