@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from astropy.io import fits
 
+from ingest.core.sharing import EGRESS
 from ingest.errors import ConfigError
 from ingest.testbed.cluster import Cluster, load_spec, missing_tools, spec_from_dict, unavailable_reason
 from ingest.testbed.cluster.netns import namespace_problem
@@ -123,6 +124,32 @@ def run_exact_capped_and_gone(cube, tmp_path, bound, launcher="mpiexec", while_u
         assert cluster.run_dir not in fh.read()
     assert not os.path.exists(cluster.run_dir)
     return cluster
+
+
+def test_a_first_job_on_fresh_nodes_measures_the_egress_behind_them(machine, cube, tmp_path):
+    """Issue 24: a band of 4 MiB read by 2 ranks on each of 2 nodes, first on an endpoint nothing
+    was measured of (the suite's link cache is off). Rank 0's first look sees one node's 8 MB/s
+    NIC; the job's probe budget has no room for the shared rounds; so one rank on each node reads
+    what rank 0 looked at, at once, and the 5 MB/s egress behind the two NICs shows and binds the
+    prediction (before: each node's pipe priced alone, 2 x 8 MB/s, 3x fast)."""
+    nic, store = SCENARIOS["store"]["nic"], SCENARIOS["store"]["store"]
+    spec = load_spec(CONFIG, {"cluster": {"nodes": 2, "ranks_per_node": 2},
+                              "store": {"egress_rate_bytes_per_s": store, "latency_s": 0.001},
+                              "node": {"nic_rate_bytes_per_s": nic}})
+    report_path = tmp_path / "report.json"
+    with Cluster(spec) as cluster:
+        url = cluster.put_file(str(cube[0]), "survey/cube.fits")
+        proc = cluster.launch(["run", "--source", url, "--method", "s3", "--region", "0:32,192:320,0:512",
+                               "--report", str(report_path), "--no-progress"], n_ranks=4, timeout_s=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    settings = json.loads(report_path.read_text())["settings"]
+    assert settings["tuning"]["reason"].startswith("first look (nothing measured of this endpoint before)")
+    (look,) = settings["shared_rounds"]
+    assert (look["name"], look["ranks"], look["nodes"]) == ("nodes", 2, 2)
+    assert look["total_bytes"] == 2 * settings["tuning"]["first_look_bytes"]
+    shared = settings["tuning"]["shared"]
+    assert shared["egress_bytes_per_s"] <= store * SLACK and shared["source"].startswith("measured: nodes round")
+    assert settings["prediction"]["binding"] == EGRESS
 
 
 def test_a_failed_build_leaves_nothing(machine, monkeypatch):

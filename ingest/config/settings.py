@@ -16,7 +16,7 @@ from ingest.core.layout import Layout
 from ingest.core.linkprobe import LinkProbe
 from ingest.core.selection import Selection
 from ingest.core.sharing import SharedCapacity, Topology, share_cost
-from ingest.core.tuning import THREADS_MAX, Tuning, choose, describe_probe
+from ingest.core.tuning import THREADS_MAX, Tuning, choose, describe_probe, said_first_look
 from ingest.engine.autotune import tune_read, worth_probing
 from ingest.formats.reader import HeaderTiming
 from ingest.transports.base import Transport
@@ -103,11 +103,12 @@ def settings_for_job(cfg: RunConfig, settings: Settings, layout: Layout, sel: Se
     alone = alone or settings.alone
     fixed = _fixed_by_config(cfg)
     shared_text = f"{topology.describe()}, shared pipes {shared.source}"
-    model = (describe_probe(settings.probe, alone, shared_text) if settings.probe
+    looked_bytes = settings.tuning.first_look_bytes
+    model = (said_first_look(describe_probe(settings.probe, alone, shared_text), looked_bytes > 0) if settings.probe
              else f"{settings.tuning.model}; {shared_text}")
     tuning = choose(share_cost(alone, shared, topology), layout, sel, model=model, **fixed,
                     threads_max=cfg.max_in_flight or max(settings.threads, THREADS_MAX))
-    return _from_tuning(replace(tuning, alone=alone, shared=shared), settings.probe)
+    return _from_tuning(replace(tuning, alone=alone, shared=shared, first_look_bytes=looked_bytes), settings.probe)
 
 
 def _fixed_by_config(cfg: RunConfig) -> dict:

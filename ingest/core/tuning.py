@@ -52,6 +52,9 @@ class Tuning:
     alone: CostModel | None = None  # one rank's link as it reads alone (None: `cost` is that)
     shared: SharedCapacity | None = None  # what the job's ranks share, which `cost` divides among them
     model: str = ""  # where `cost` came from (the reason's first part)
+    # The stream round's read where it ran as a first look at a link nothing was measured of
+    # (ingest.engine.autotune), else 0: the shared rounds may then read as much on each node.
+    first_look_bytes: int = 0
 
     def as_dict(self) -> dict:
         return {
@@ -69,6 +72,7 @@ class Tuning:
             "predicted_s": self.predicted_s,
             "reason": self.reason,
             "shared": self.shared.as_dict() if self.shared else None,
+            "first_look_bytes": self.first_look_bytes,
         }
 
 
@@ -117,6 +121,11 @@ def _candidates(layout: Layout, sel: Selection, cost: CostModel, chunks, threads
                 # More threads than requests would idle, unless the user fixed the count.
                 if t <= max(1, plan.n_requests) or len(threads_options) == 1:
                     yield name, gap, chunk, t, plan
+
+
+def said_first_look(model: str, looked: bool) -> str:
+    """A model's description, saying so where it came from a first look at the endpoint."""
+    return f"first look (nothing measured of this endpoint before): {model}" if looked else model
 
 
 def describe_probe(probe: LinkProbe, cost: CostModel, shared: str = "") -> str:

@@ -42,7 +42,7 @@ from ingest.core.selection import Selection
 from ingest.transports.base import Transport
 from ingest.core.sharing import SharedCapacity, Topology, assumed_shared, share_cost
 from ingest.core.tuning import (IN_FLIGHT_MAX, THREADS_MAX, Tuning, choose, cost_from_probe, describe_probe,
-                                streams_add_up)
+                                said_first_look, streams_add_up)
 from ingest.engine import linkcache
 
 # The benchmarks' target is auto within 5 % of the best plan, probe included.
@@ -166,9 +166,9 @@ class _TuningSession:
         self.alone = alone
         self.shared = self.suggested_shared(known)
         self.cost = share_cost(alone, self.shared, topology)
-        self.tuning = self.tune(self.cost, model)
         self.prober: LinkProber | None = None
         self.looked = False  # the stream round ran as a first look (`first_look`): the reason says so
+        self.tuning = self.tune(self.cost, model)
 
     def tune(self, cost: CostModel, model: str, measured=()) -> Tuning:
         """The plan `cost` predicts fastest, `measured` the rounds behind it. Deeper than
@@ -179,7 +179,8 @@ class _TuningSession:
             depth = min(depth, THREADS_MAX)
         tuning = choose(cost, self.layout, self.sel, chunk_bytes=self.chunk_bytes, threads=self.threads,
                         gap_bytes=self.gap_bytes, model=model, threads_max=depth)
-        return replace(tuning, alone=self.alone, shared=self.shared)
+        looked_bytes = self.prober.large_bytes if self.looked else 0
+        return replace(tuning, alone=self.alone, shared=self.shared, first_look_bytes=looked_bytes)
 
     def tune_now(self, cost: CostModel) -> Tuning:
         """As `tune`, with the rounds run so far: how the stakes weigh another link."""
@@ -271,9 +272,7 @@ class _TuningSession:
         self.alone = cost_from_probe(link, threads_max=self.in_flight_max)
         self.shared = self.suggested_shared(link)
         self.cost = share_cost(self.alone, self.shared, self.topology)
-        model = describe_probe(link, self.alone, self.shared_text())
-        if self.looked:
-            model = f"first look (nothing measured of this endpoint before): {model}"
+        model = said_first_look(describe_probe(link, self.alone, self.shared_text()), self.looked)
         self.tuning = self.tune(self.cost, model, link.measured)
 
     def suggested_shared(self, link: LinkProbe | None) -> SharedCapacity:
