@@ -147,9 +147,43 @@ def test_a_first_job_on_fresh_nodes_measures_the_egress_behind_them(machine, cub
     (look,) = settings["shared_rounds"]
     assert (look["name"], look["ranks"], look["nodes"]) == ("nodes", 2, 2)
     assert look["total_bytes"] == 2 * settings["tuning"]["first_look_bytes"]
+    _check_egress_binds(settings, store)
+
+
+def _check_egress_binds(settings: dict, store: int) -> None:
     shared = settings["tuning"]["shared"]
-    assert shared["egress_bytes_per_s"] <= store * SLACK and shared["source"].startswith("measured: nodes round")
+    assert shared["egress_bytes_per_s"] <= store * SLACK and shared["nodes_seen"] == 2
     assert settings["prediction"]["binding"] == EGRESS
+
+
+def test_nodes_first_seen_together_are_looked_across_once(machine, cube, tmp_path):
+    """The endpoint's first job ran on one node (its probe is cached, no egress seen): the next
+    job, on 2 nodes, is too small for a probe or the shared rounds, and one rank on each node
+    reads at once; what that showed is kept, and the job after it does not look again."""
+    nic, store = SCENARIOS["store"]["nic"], SCENARIOS["store"]["store"]
+    spec = load_spec(CONFIG, {"cluster": {"nodes": 2, "ranks_per_node": 2},
+                              "store": {"egress_rate_bytes_per_s": store, "latency_s": 0.001},
+                              "node": {"nic_rate_bytes_per_s": nic}})
+    env = {"INGEST_LINK_CACHE": str(tmp_path / "links.json")}
+    reports = []
+    with Cluster(spec) as cluster:
+        url = cluster.put_file(str(cube[0]), "survey/cube.fits")
+        for k, n_ranks in enumerate((2, 4, 4)):  # the slots fill node 0 first: 2 ranks are one node
+            report_path = tmp_path / f"report{k}.json"
+            proc = cluster.launch(["run", "--source", url, "--method", "s3", "--region", "0:32,192:320,0:512",
+                                   "--report", str(report_path), "--no-progress"], n_ranks=n_ranks, env=env,
+                                  timeout_s=120)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            reports.append(json.loads(report_path.read_text())["settings"])
+    one_node, first_on_two, second_on_two = reports
+    assert one_node["prediction"]["nodes"] == 1 and one_node["tuning"]["reason"].startswith("first look")
+    assert all(r["nodes"] == 1 for r in one_node["shared_rounds"])
+    assert first_on_two["prediction"]["nodes"] == 2 and first_on_two["tuning"]["probe"] is None  # the cached probe
+    (look,) = first_on_two["shared_rounds"]
+    assert (look["name"], look["ranks"], look["nodes"]) == ("nodes", 2, 2)
+    _check_egress_binds(first_on_two, store)
+    assert second_on_two["shared_rounds"] == [] and second_on_two["tuning"]["shared"]["source"].startswith("cached")
+    _check_egress_binds(second_on_two, store)
 
 
 def test_a_failed_build_leaves_nothing(machine, monkeypatch):

@@ -115,6 +115,8 @@ class SharedCapacity:
     # of its window (SharedRound.pipe_s_per_request): a job's requests are charged them back.
     node_request_s: float = 0.0
     egress_request_s: float = 0.0
+    # The most nodes a round had reading at once: an egress that binds only beyond them is unseen.
+    nodes_seen: int = 0
 
     @property
     def node_term(self) -> str:
@@ -124,7 +126,7 @@ class SharedCapacity:
         return {"node_bytes_per_s": self.node_bytes_per_s, "egress_bytes_per_s": self.egress_bytes_per_s,
                 "node_cpu_bound": self.node_cpu_bound, "requests_per_s": self.requests_per_s,
                 "startup_s": self.startup_s, "node_request_s": self.node_request_s,
-                "egress_request_s": self.egress_request_s, "source": self.source}
+                "egress_request_s": self.egress_request_s, "nodes_seen": self.nodes_seen, "source": self.source}
 
     @classmethod
     def from_dict(cls, record: dict, source: str) -> "SharedCapacity":
@@ -133,7 +135,7 @@ class SharedCapacity:
         return cls(record.get("node_bytes_per_s"), record.get("egress_bytes_per_s"),
                    bool(record.get("node_cpu_bound")), source, record.get("requests_per_s"),
                    record.get("startup_s") or 0.0, record.get("node_request_s") or 0.0,
-                   record.get("egress_request_s") or 0.0)
+                   record.get("egress_request_s") or 0.0, int(record.get("nodes_seen") or 0))
 
 
 def share_cost(cost: CostModel, shared: SharedCapacity, topology: Topology) -> CostModel:
@@ -449,5 +451,6 @@ def shared_from_rounds(alone: CostModel, rounds, fallback: SharedCapacity) -> Sh
     # The start-up of the round with the most ranks: the job's ranks get going as they did.
     startup_s = max(rounds, key=lambda r: r.ranks).startup_s(alone.latency_s) if rounds else fallback.startup_s
     names = " and ".join(f"{r.name} round ({r.ranks} ranks on {r.nodes} node(s))" for r in rounds)
+    nodes_seen = max([fallback.nodes_seen, *(r.nodes for r in rounds)])
     return SharedCapacity(node, egress, cpu_bound, f"measured: {names}", requests, startup_s, node_request_s,
-                          egress_request_s)
+                          egress_request_s, nodes_seen)

@@ -21,7 +21,7 @@ from ingest.core.regions import assign_regions, parse_min_overlap, parse_region_
 from ingest.core.selection import box_to_region, normalize, parse_region
 from ingest.core.sharing import JobPrediction, RankLoad, Topology, predict_job
 from ingest.engine import linkcache
-from ingest.engine.autotune import data_span
+from ingest.engine.autotune import data_span, first_look_bytes, needed_bytes, probe_read_bytes
 from ingest.driver.source import ensure_lifetime, resolve_source
 from ingest.errors import ConfigError
 from ingest.formats.reader import read_any_layout_timed
@@ -167,18 +167,30 @@ def _tune_for_job(cfg: RunConfig, transport: Transport, layout: Layout, header, 
     read at once and tune again for that. (settings, the shared rounds)."""
     sel = largest_selection(cfg, configured_settings(cfg), layout, topology.n_ranks)
     settings = resolve_settings(cfg, transport, layout, sel, header=header, topology=topology)
-    if crew is None or settings.probe is None:  # no ranks at hand, or a read too small to repay a probe
+    look_bytes = across_nodes_bytes(settings, layout, sel, topology)
+    # No ranks at hand, or a read too small to repay a probe, and no nodes to look across.
+    if crew is None or (settings.probe is None and not look_bytes):
         return settings, ()
     from ingest.driver.probe_rounds import measure_shared
 
     measured = measure_shared(crew, topology, settings, source=read_source, method=method,
                               options=transport_options(cfg), info=transport.info, span=data_span(layout),
-                              predicted_s=settings.tuning.predicted_s)
+                              predicted_s=settings.tuning.predicted_s, look_bytes=look_bytes)
     if measured is None:
         return settings, ()
     shared, alone, rounds = measured
     linkcache.remember(transport.endpoint, shared=shared)
     return settings_for_job(cfg, settings, layout, sel, shared, topology, alone=alone), rounds
+
+
+def across_nodes_bytes(settings: Settings, layout: Layout, sel, topology: Topology) -> int:
+    """What one rank on each node reads in a look across nodes (ingest.driver.probe_rounds.
+    measure_shared): as much as a first look at the endpoint would; 0 for a job on one node, one
+    whose nodes a round has already had reading at once, or one the config planned."""
+    if topology.n_nodes < 2 or settings.tuning is None or settings.shared.nodes_seen >= topology.n_nodes:
+        return 0
+    return min(first_look_bytes(settings.tuning, settings.cost, layout, sel, topology.n_ranks),
+               probe_read_bytes(needed_bytes(layout, sel)))
 
 
 def prepare_job(cfg: RunConfig, topology: Topology, staging: bool = False, rank_outputs: bool = True,

@@ -40,6 +40,11 @@ class RoundOrder:
     small_reads: int = 0  # then this many small reads each, `streams` at a time (the request rate)
     small_bytes: int = 4096
     flows_capped: bool = False  # rank 0's streams added up: timed over the round's core (core.rounds)
+    # Take the requests made inside the round's window out of its time (core.rounds.requests_inside)?
+    # Not in a look across nodes: half a megabyte a node, started over a skew of tens of ms on
+    # shared cores, has most streams begin inside the window, and taking their requests out priced
+    # a 25 MB/s egress at 32.
+    requests_out: bool = True
 
 
 def _take_part(comm, order: RoundOrder) -> dict | None:
@@ -121,7 +126,7 @@ class Crew:
                            order.bytes_per_rank * len(results), wall_s, busy, sum(r.get("small_n", 0) for r in results),
                            max(r["small_s"] for r in results), *steady_window(spans, order.flows_capped),
                            overlap_s=overlap_s(spans),
-                           steady_requests=requests_inside(spans, order.flows_capped))
+                           steady_requests=requests_inside(spans, order.flows_capped) if order.requests_out else 0)
 
 
 def _order(comm, order=None):
@@ -185,28 +190,26 @@ def first_of_each_node(topology: Topology) -> tuple[int, ...]:
 
 
 def measure_shared(crew: Crew, topology: Topology, settings, *, source: str, method: str, options: dict,
-                   info: ObjectInfo, span: tuple[int, int],
-                   predicted_s: float) -> tuple[SharedCapacity, CostModel, tuple[SharedRound, ...]] | None:
+                   info: ObjectInfo, span: tuple[int, int], predicted_s: float,
+                   look_bytes: int = 0) -> tuple[SharedCapacity, CostModel, tuple[SharedRound, ...]] | None:
     """Rank 0: run the rounds that tell what the ranks share, within SHARED_BUDGET_FRACTION of the
-    job's predicted time: (what they share, one rank's link as the rounds showed it, the rounds),
-    or None when no round fits (or one failed: the job goes on with what rank 0's probe
-    suggested). `settings` are rank 0's (its probe, its link alone, the plan's threads); `span`
-    the (offset, bytes) rounds read in.
+    job's predicted time (where rank 0's probe ran for this job): (what they share, one rank's link
+    as the rounds showed it, the rounds), or None when no round fits (or one failed: the job goes
+    on with what rank 0's probe suggested). `settings` are rank 0's (its probe, its link alone, the
+    plan's threads); `span` the (offset, bytes) rounds read in.
 
-    Where no round fits and rank 0's probe was a first look at an endpoint nothing was measured
-    of (settings.tuning.first_look_bytes), one rank on each node reads what rank 0 looked at, all
-    at once: the store's egress behind the nodes shows nowhere else, and a first job priced without
-    it on 4 nodes ran 1.6-2.4x its prediction (three of the emulated cluster's 10 MB/s NICs fill
-    its 25 MB/s egress)."""
-    rounds = round_participants(topology)
-    if not rounds:
-        return None
+    Where no `nodes` round fits, one rank on each node reads `look_bytes`, all at once (a look
+    across nodes; the driver's `across_nodes_bytes`, 0 where the job's nodes were seen reading at
+    once before): the store's egress behind the nodes shows nowhere else, and a small job priced
+    without it on 4 nodes ran 1.6-2.4x its prediction (three of the emulated cluster's 10 MB/s
+    NICs fill its 25 MB/s egress)."""
+    rounds = round_participants(topology) if settings.probe is not None else []
     streams = max(1, min(settings.threads, ROUND_STREAMS_MAX))
     # Where rank 0's streams added up, each connection is capped and a flow keeps its rate when
     # others finish: the round is timed over its core. Where they shared the link, over its span.
     probe = settings.probe
     flows_capped = probe is not None and "streams" in probe.measured and streams_add_up(probe)
-    round_s = SHARED_BUDGET_FRACTION * predicted_s / len(rounds)
+    round_s = SHARED_BUDGET_FRACTION * predicted_s / max(1, len(rounds))
     done = []
     for name, participants in rounds:
         # Sized by each rank's share of the pipes when all read, as the plan was priced: the least a
@@ -223,12 +226,16 @@ def measure_shared(crew: Crew, topology: Topology, settings, *, source: str, met
         if measured is None:
             return None
         done.append(measured)
-    looked_bytes = min(settings.tuning.first_look_bytes, ROUND_BYTES_MAX, span[1] // max(1, topology.n_nodes))
-    if all(r.name != "nodes" for r in done) and topology.n_nodes > 1 and looked_bytes >= ROUND_BYTES_MIN:
+    look_bytes = min(look_bytes, ROUND_BYTES_MAX, span[1] // max(1, topology.n_nodes))
+    if all(r.name != "nodes" for r in done) and look_bytes >= ROUND_BYTES_MIN:
         participants = first_of_each_node(topology)
-        offsets = tuple(span[0] + k * looked_bytes for k in range(len(participants)))
+        offsets = tuple(span[0] + k * look_bytes for k in range(len(participants)))
+        # With the waves of small requests the last round makes: priced with the egress and no
+        # request rate, a 16-rank job on 4 nodes chose 2048 requests of only the bytes it needed,
+        # predicted 0.15 s, and took 0.8-1.0 s (its gap-merged plan, 0.18 s).
         measured = crew.run_round(RoundOrder("nodes", participants, source, method, options, info, offsets,
-                                             looked_bytes, streams, flows_capped=flows_capped))
+                                             look_bytes, streams, SMALL_WAVES * streams, flows_capped=flows_capped,
+                                             requests_out=False))
         if measured is None:
             return None
         done.append(measured)

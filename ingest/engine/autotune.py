@@ -97,6 +97,14 @@ def regret_s(tuning: Tuning, cost: CostModel, world: CostModel, layout: Layout, 
     return plan_of(tuning, cost, layout, sel).predicted_s(world, tuning.threads) - tune(world).predicted_s
 
 
+def first_look_bytes(tuning: Tuning, cost: CostModel, layout: Layout, sel: Selection, n_ranks: int) -> int:
+    """What a first look may read: 1/FIRST_LOOK_JOB_MULTIPLE of the job's wire bytes (n_ranks
+    each reading a box like `sel` as `tuning` plans it), or 0 where that is under the least a
+    round reads (MIN_PROBE_READ_BYTES)."""
+    look_bytes = plan_of(tuning, cost, layout, sel).wire_bytes * n_ranks // FIRST_LOOK_JOB_MULTIPLE
+    return look_bytes if look_bytes >= MIN_PROBE_READ_BYTES else 0
+
+
 def plan_of(tuning: Tuning, cost: CostModel, layout: Layout, sel: Selection):
     """The plan `tuning` chose for `sel`, made again (its requests under `cost`)."""
     return plan_selection(layout, sel, strategy=tuning.strategy, chunk_bytes=tuning.chunk_bytes,
@@ -229,10 +237,10 @@ class _TuningSession:
         reply's headers, where a longer one comes closer to the rate."""
         if self.known is not None or self.prober.measured or self.budget_fraction <= 0:
             return False  # (a budget of nothing: the caller wants no probe at all)
-        job_wire_bytes = plan_of(self.tuning, self.cost, self.layout, self.sel).wire_bytes * self.topology.n_ranks
-        if FIRST_LOOK_JOB_MULTIPLE * MIN_PROBE_READ_BYTES > job_wire_bytes:
+        look_bytes = first_look_bytes(self.tuning, self.cost, self.layout, self.sel, self.topology.n_ranks)
+        if not look_bytes:
             return False
-        self.prober.size_first_read(job_wire_bytes // FIRST_LOOK_JOB_MULTIPLE)
+        self.prober.size_first_read(look_bytes)
         self.looked = True
         return True
 
