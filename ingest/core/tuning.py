@@ -53,7 +53,7 @@ class Tuning:
     shared: SharedCapacity | None = None  # what the job's ranks share, which `cost` divides among them
     model: str = ""  # where `cost` came from (the reason's first part)
     # The stream round's read where it ran as a first look at a link nothing was measured of
-    # (ingest.engine.autotune), else 0: the shared rounds may then read as much on each node.
+    # (ingest.engine.autotune), else 0: the reason says so, and the report how much it read.
     first_look_bytes: int = 0
 
     def as_dict(self) -> dict:

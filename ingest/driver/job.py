@@ -21,7 +21,7 @@ from ingest.core.regions import assign_regions, parse_min_overlap, parse_region_
 from ingest.core.selection import box_to_region, normalize, parse_region
 from ingest.core.sharing import JobPrediction, RankLoad, Topology, predict_job
 from ingest.engine import linkcache
-from ingest.engine.autotune import data_span, first_look_bytes, needed_bytes, probe_read_bytes
+from ingest.engine.autotune import data_span, first_look_bytes
 from ingest.driver.source import ensure_lifetime, resolve_source
 from ingest.errors import ConfigError
 from ingest.formats.reader import read_any_layout_timed
@@ -189,8 +189,7 @@ def across_nodes_bytes(settings: Settings, layout: Layout, sel, topology: Topolo
     whose nodes a round has already had reading at once, or one the config planned."""
     if topology.n_nodes < 2 or settings.tuning is None or settings.shared.nodes_seen >= topology.n_nodes:
         return 0
-    return min(first_look_bytes(settings.tuning, settings.cost, layout, sel, topology.n_ranks),
-               probe_read_bytes(needed_bytes(layout, sel)))
+    return first_look_bytes(settings.tuning, settings.cost, layout, sel, topology.n_ranks)
 
 
 def prepare_job(cfg: RunConfig, topology: Topology, staging: bool = False, rank_outputs: bool = True,

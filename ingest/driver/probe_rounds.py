@@ -210,32 +210,32 @@ def measure_shared(crew: Crew, topology: Topology, settings, *, source: str, met
     probe = settings.probe
     flows_capped = probe is not None and "streams" in probe.measured and streams_add_up(probe)
     round_s = SHARED_BUDGET_FRACTION * predicted_s / max(1, len(rounds))
-    done = []
+
+    def order_of(name: str, participants, nbytes: int, small: int, requests_out: bool = True) -> RoundOrder:
+        offsets = tuple(span[0] + k * nbytes for k in range(len(participants)))
+        return RoundOrder(name, participants, source, method, options, info, offsets, nbytes, streams, small,
+                          flows_capped=flows_capped, requests_out=requests_out)
+
+    orders = []
     for name, participants in rounds:
         # Sized by each rank's share of the pipes when all read, as the plan was priced: the least a
         # participant gets, so the round takes at most about round_s.
         nbytes = int(min(ROUND_BYTES_MAX, round_s * settings.cost.bandwidth(streams), span[1] // len(participants)))
         if nbytes < ROUND_BYTES_MIN:
             continue
-        offsets = tuple(span[0] + k * nbytes for k in range(len(participants)))
         # The last round (every rank) also issues waves of small requests each: the request rate
         # all of them get from the store, which plans of many small requests lean on.
-        small = SMALL_WAVES * streams if name == rounds[-1][0] else 0
-        measured = crew.run_round(RoundOrder(name, participants, source, method, options, info, offsets, nbytes,
-                                             streams, small, flows_capped=flows_capped))
-        if measured is None:
-            return None
-        done.append(measured)
+        orders.append(order_of(name, participants, nbytes, SMALL_WAVES * streams if name == rounds[-1][0] else 0))
     look_bytes = min(look_bytes, ROUND_BYTES_MAX, span[1] // max(1, topology.n_nodes))
-    if all(r.name != "nodes" for r in done) and look_bytes >= ROUND_BYTES_MIN:
-        participants = first_of_each_node(topology)
-        offsets = tuple(span[0] + k * look_bytes for k in range(len(participants)))
+    if all(order.name != "nodes" for order in orders) and look_bytes >= ROUND_BYTES_MIN:
         # With the waves of small requests the last round makes: priced with the egress and no
         # request rate, a 16-rank job on 4 nodes chose 2048 requests of only the bytes it needed,
         # predicted 0.15 s, and took 0.8-1.0 s (its gap-merged plan, 0.18 s).
-        measured = crew.run_round(RoundOrder("nodes", participants, source, method, options, info, offsets,
-                                             look_bytes, streams, SMALL_WAVES * streams, flows_capped=flows_capped,
-                                             requests_out=False))
+        orders.append(order_of("nodes", first_of_each_node(topology), look_bytes, SMALL_WAVES * streams,
+                               requests_out=False))
+    done = []
+    for order in orders:
+        measured = crew.run_round(order)
         if measured is None:
             return None
         done.append(measured)

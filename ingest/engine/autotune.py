@@ -99,10 +99,13 @@ def regret_s(tuning: Tuning, cost: CostModel, world: CostModel, layout: Layout, 
 
 def first_look_bytes(tuning: Tuning, cost: CostModel, layout: Layout, sel: Selection, n_ranks: int) -> int:
     """What a first look may read: 1/FIRST_LOOK_JOB_MULTIPLE of the job's wire bytes (n_ranks
-    each reading a box like `sel` as `tuning` plans it), or 0 where that is under the least a
-    round reads (MIN_PROBE_READ_BYTES)."""
+    each reading a box like `sel` as `tuning` plans it), no more than the probe's own reads of
+    `sel` (probe_read_bytes), or 0 where that share is under the least a round reads
+    (MIN_PROBE_READ_BYTES)."""
     look_bytes = plan_of(tuning, cost, layout, sel).wire_bytes * n_ranks // FIRST_LOOK_JOB_MULTIPLE
-    return look_bytes if look_bytes >= MIN_PROBE_READ_BYTES else 0
+    if look_bytes < MIN_PROBE_READ_BYTES:
+        return 0
+    return min(look_bytes, probe_read_bytes(needed_bytes(layout, sel)))
 
 
 def plan_of(tuning: Tuning, cost: CostModel, layout: Layout, sel: Selection):
