@@ -48,11 +48,22 @@ def spread(makespans_s) -> float:
     return max(makespans_s) / min(makespans_s)
 
 
+def others_median_held(makespans_s, holds=HOLDS) -> int:
+    """The runs of one cell held by the median of its other runs: a prediction that knew every
+    run but the one it predicts, where the planner knows only the runs before it and a probe.
+    A fairer reference than fixed_best, whose one prediction is chosen after seeing all of them;
+    a cell of one run has no others, and counts none."""
+    lo, hi = holds
+    return sum(lo <= m / statistics.median(makespans_s[:i] + makespans_s[i + 1:]) <= hi
+               for i, m in enumerate(makespans_s) if len(makespans_s) > 1)
+
+
 def noise_reference(cells: dict) -> dict:
     """Over every cell: the runs one fixed prediction per cell could hold at most, and the cells
     whose runs spread wider than the band (from the samples, so older results show them too)."""
     makespans = [[s["makespan_s"] for s in c["samples"]] for c in cells.values()]
     return {"fixed_best": sum(fixed_best(m) for m in makespans),
+            "others_median": sum(others_median_held(m) for m in makespans),
             "cells_wider_than_band": sum(spread(m) > HOLDS[1] / HOLDS[0] for m in makespans),
             "cells": len(makespans)}
 
@@ -148,14 +159,17 @@ def run(env: common.BenchEnv, args) -> dict:
                  **noise_reference(cells)},
         "notes": ["measured / predicted per run: the report's makespan over its settings.prediction.makespan_s, "
                   "made by the planner before the read: the median of the endpoint's earlier jobs of this shape "
-                  "(the warm-up's and earlier rounds', ingest/core/history.py), with this job's probed model as one "
+                  "(the warm-up's and earlier rounds', ingest/core/history.py; those of this job's threads where "
+                  "any ran them), with this job's probed model as one "
                   "more vote, where the model agreed with them within core.history.MODEL_AGREES (3x), else the "
                   "model's.",
                   "measured / model: the same makespan over the model alone (settings.prediction.model_makespan_s: "
                   "the probe's rounds, with the node's pipe at least what an earlier job moved through one node, "
                   "before the earlier jobs of this shape vote).",
                   "fixed_best: the runs one fixed prediction per cell could hold at most (bench.predictions."
-                  "fixed_best), a reference for what the runs' own spread allows."],
+                  "fixed_best), a reference for what the runs' own spread allows; others_median: the runs the "
+                  "median of their cell's other runs holds (bench.predictions.others_median_held), a prediction "
+                  "that knows the rest of the cell, later runs too."],
     }
 
 
@@ -169,7 +183,8 @@ def to_markdown(results: dict) -> str:
     noise = noise_reference(results["cells"])
     out += [f"One fixed prediction per cell could hold at most {noise['fixed_best']} of {held['runs']} runs (the "
             f"runs' own spread); {noise['cells_wider_than_band']} of {noise['cells']} cells spread over more than "
-            f"{HOLDS[1] / HOLDS[0]:.4g}x from their fastest run to their slowest.", ""]
+            f"{HOLDS[1] / HOLDS[0]:.4g}x from their fastest run to their slowest. The median of each cell's other "
+            f"runs (which knows every run but the one it predicts) holds {noise['others_median']}.", ""]
     rows = []
     for name, cell in results["cells"].items():
         info, samples = cell["info"], cell["samples"]

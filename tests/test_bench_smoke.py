@@ -233,6 +233,7 @@ def test_predictions_script(tmp_path):
     # One run per cell: one fixed prediction holds it, and no cell spreads.
     assert (results["held"]["fixed_best"], results["held"]["cells_wider_than_band"]) == (2, 0)
     assert "| a fixed prediction holds |" in out and "One fixed prediction per cell could hold at most 2 of 2" in out
+    assert results["held"]["others_median"] == 0 and "The median of each cell's other runs" in out  # none to take
 
 
 def test_pages_script(tmp_path):
@@ -338,6 +339,25 @@ def test_fixed_best_is_the_most_runs_one_prediction_holds(makespans):
     assert fixed_best(makespans) == brute
     assume(abs(spread(makespans) - hi / lo) > 1e-9)  # not on the edge, where rounding decides
     assert (fixed_best(makespans) == len(makespans)) == (spread(makespans) < hi / lo)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(min_value=1e-3, max_value=10.0), min_size=1, max_size=8))
+def test_the_median_of_a_cells_other_runs_is_scored_against_each_run(makespans):
+    """bench.predictions' second reference: each run predicted by the median of the rest of its
+    cell (by hand, against the median's definition), all of them when the runs are one figure, and
+    none in a cell of one run."""
+    from bench.predictions import HOLDS, fixed_best, others_median_held
+
+    lo, hi = HOLDS
+    by_hand = 0
+    for i, m in enumerate(makespans):
+        rest = sorted(makespans[:i] + makespans[i + 1:])
+        if rest:
+            mid = len(rest) // 2
+            by_hand += lo <= m / (rest[mid] if len(rest) % 2 else (rest[mid - 1] + rest[mid]) / 2) <= hi
+    assert others_median_held(makespans) == by_hand
+    assert others_median_held([makespans[0]] * 3) == 3 and others_median_held(makespans[:1]) == 0
 
 
 def test_a_killed_benchmark_stops_its_server(tmp_path):

@@ -75,6 +75,22 @@ def test_one_slow_earlier_job_does_not_set_the_prediction_alone():
     assert with_history(model(0.331), SHAPE, [slow, then_fast], 60.0, ENDPOINT).makespan_s == pytest.approx(0.495)
 
 
+def test_jobs_that_ran_this_plan_count_before_its_neighbours():
+    # bench.predictions, acacia, 2 ranks: 4-stream jobs took about 1.02 s; the plan then chose 8
+    # streams, which took 0.73-0.76 s, and was priced at 1.02 s until the 4-stream jobs aged out
+    four, eight = replace(SHAPE, threads=4), replace(SHAPE, threads=8)
+    past = [PastJob(four, 1.02, 0.0), PastJob(four, 1.01, 1.0), PastJob(four, 1.03, 2.0), PastJob(eight, 0.75, 3.0)]
+    got = with_history(model(0.70), eight, past, 60.0, ENDPOINT)
+    assert got.makespan_s == pytest.approx(0.725)  # median of the 8-stream job and the model
+    assert got.history.startswith(f"1 earlier job(s) of this shape on {ENDPOINT}")
+    # with no job of this plan yet, a probe that measured it stands alone; without a probe the
+    # neighbours (half or twice the streams) count: on a shared pipe a plan flips between 4 and 8
+    # streams and both take its time
+    assert with_history(model(0.70), eight, past[:3], 60.0, ENDPOINT) == model(0.70)
+    assert with_history(model(0.70), eight, past[:3], 60.0, ENDPOINT, probed=False).makespan_s == pytest.approx(1.02)
+    assert with_history(model(0.70), replace(SHAPE, threads=16), past[:3], 60.0, ENDPOINT, probed=False) == model(0.70)
+
+
 @given(st.floats(0.01, 100.0), st.floats(0.01, 100.0), st.booleans())
 def test_a_probed_model_stands_where_the_link_changed_an_unprobed_one_never(model_s, measured_s, probed):
     got = with_history(model(model_s), SHAPE, [PastJob(SHAPE, measured_s, 0.0)], 60.0, ENDPOINT, probed=probed)

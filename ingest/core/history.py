@@ -127,9 +127,19 @@ def _within(a: float, b: float, factor: float) -> bool:
 def with_history(model: JobPrediction, shape: JobShape, past, now_s: float, endpoint: str,
                  probed: bool = True) -> JobPrediction:
     """The job's prediction given the endpoint's `past` jobs: the median of the NEWEST similar
-    ones (or fewer), with this job's own probed model (`probed`) as one more vote, unless there
+    ones (or fewer; only those with this job's streams where there are any, or where it was probed), with this job's own probed model (`probed`) as one more vote, unless there
     are none, or that model differs from the jobs' median by more than MODEL_AGREES."""
-    similar = sorted((p for p in past if p.shape.similar(shape) and p.at_s <= now_s), key=lambda p: p.at_s)[-NEWEST:]
+    similar = sorted((p for p in past if p.shape.similar(shape) and p.at_s <= now_s), key=lambda p: p.at_s)
+    # Jobs that ran this very plan (its streams) measured it; a job of half or twice the streams
+    # measured a neighbour, which on a per-connection cap or a rank's own CPU takes another time
+    # (acacia, 2 ranks: re-planned from 4 streams to 8, priced from the 4-stream jobs' 1.02 s,
+    # took 0.73-0.76 s, where its probe said 0.70). So the neighbours count only where no job ran
+    # this plan and no probe measured it: a read too small to repay a probe on a shared pipe,
+    # where a plan flips between 4 and 8 streams and both take the pipe's time. Scored from 10
+    # recorded runs of bench.predictions: 576 of 600 runs within 0.8-1.25, where counting the
+    # neighbours beside this plan's jobs held 563 (13 runs gained, none lost).
+    same_plan = [p for p in similar if p.shape.threads == shape.threads]
+    similar = (same_plan or ([] if probed else similar))[-NEWEST:]
     if not similar or model.makespan_s <= 0:
         return model
     jobs_s = [p.makespan_s * shape.scale_from(p.shape, model.binding) for p in similar]
