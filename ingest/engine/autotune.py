@@ -293,7 +293,8 @@ class _TuningSession:
             return self.given_shared
         if link is None:
             return SharedCapacity()
-        return assumed_shared(self.alone, "streams" in link.measured, streams_add_up(link))
+        return assumed_shared(self.alone, "streams" in link.measured, streams_add_up(link), link.streams,
+                              self.topology.most_per_node)
 
     def shared_text(self) -> str:
         """What the job's ranks share, for the reason (nothing, for a job of one rank)."""
