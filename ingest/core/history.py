@@ -127,13 +127,14 @@ def _within(a: float, b: float, factor: float) -> bool:
 def with_history(model: JobPrediction, shape: JobShape, past, now_s: float, endpoint: str,
                  probed: bool = True) -> JobPrediction:
     """The job's prediction given the endpoint's `past` jobs: the median of the NEWEST similar
-    ones (or fewer; only those with this job's streams where there are any, or where it was probed), with this job's own probed model (`probed`) as one more vote, unless there
-    are none, or that model differs from the jobs' median by more than MODEL_AGREES."""
+    ones (or fewer: those of this job's streams where any ran them; where none did, the others
+    only for a job not probed), with this job's own probed model (`probed`) as one more vote,
+    unless there are none, or that model differs from the jobs' median by more than MODEL_AGREES."""
     similar = sorted((p for p in past if p.shape.similar(shape) and p.at_s <= now_s), key=lambda p: p.at_s)
     # Jobs that ran this very plan (its streams) measured it; a job of half or twice the streams
     # measured a neighbour, which on a per-connection cap or a rank's own CPU takes another time
     # (acacia, 2 ranks: re-planned from 4 streams to 8, priced from the 4-stream jobs' 1.02 s,
-    # took 0.73-0.76 s, where its probe said 0.70). So the neighbours count only where no job ran
+    # took 0.64-0.76 s, where its probe said 0.62-0.72). So the neighbours count only where no job ran
     # this plan and no probe measured it: a read too small to repay a probe on a shared pipe,
     # where a plan flips between 4 and 8 streams and both take the pipe's time. Scored from 10
     # recorded runs of bench.predictions: 576 of 600 runs within 0.8-1.25, where counting the
