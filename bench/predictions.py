@@ -53,9 +53,11 @@ def others_median_held(makespans_s, holds=HOLDS) -> int:
     run but the one it predicts, where the planner knows only the runs before it and a probe.
     A fairer reference than fixed_best, whose one prediction is chosen after seeing all of them;
     a cell of one run has no others, and counts none."""
+    if len(makespans_s) < 2:
+        return 0
     lo, hi = holds
     return sum(lo <= m / statistics.median(makespans_s[:i] + makespans_s[i + 1:]) <= hi
-               for i, m in enumerate(makespans_s) if len(makespans_s) > 1)
+               for i, m in enumerate(makespans_s))
 
 
 def noise_reference(cells: dict) -> dict:

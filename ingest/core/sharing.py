@@ -391,14 +391,12 @@ def assumed_shared(alone: CostModel, measured_streams: bool, streams_add_up: boo
     # Without it, 8 ranks on one node of the emulated cluster chose 2048 requests of only their
     # needed bytes, predicted 0.16-0.28 s, and took 0.69-0.83 s (their gap-merged plan: 0.43 s).
     # A node round that runs replaces it; a rank alone keeps its own overlap (its latency term).
+    if measured_streams and streams_add_up:
+        return SharedCapacity(source="assumed: nothing shared (rank 0's streams did not share a link)")
+    what = "the link rank 0's streams shared" if measured_streams else "the one stream rank 0 measured"
     request_s = alone.latency_s / alone.overlap(probe_streams) if ranks_per_node > 1 else 0.0
-    if not measured_streams:
-        return SharedCapacity(node_bytes_per_s=alone.bandwidth_bytes_per_s, node_request_s=request_s,
-                              source="assumed: a node's ranks share the one stream rank 0 measured")
-    if not streams_add_up:
-        return SharedCapacity(node_bytes_per_s=alone.bandwidth_bytes_per_s, node_request_s=request_s,
-                              source="assumed: a node's ranks share the link rank 0's streams shared")
-    return SharedCapacity(source="assumed: nothing shared (rank 0's streams did not share a link)")
+    return SharedCapacity(node_bytes_per_s=alone.bandwidth_bytes_per_s, node_request_s=request_s,
+                          source=f"assumed: a node's ranks share {what}")
 
 
 def rank_at_least(alone: CostModel, bytes_per_s: float, streams: int) -> CostModel:
