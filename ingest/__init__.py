@@ -3,7 +3,8 @@
 `open(source)` opens a cube once and reads it many times, sliced like numpy, from threads, dask
 or xarray; `read_subcube(source, region)` reads one box in one call; `python -m ingest run` (and
 `ingest.driver.run(comm, config)`) gives every MPI rank its own box and reports the timings;
-`publish(comm, dest, regions)` (and `python -m ingest publish`) writes the ranks' regions back as one object.
+`publish(comm, dest, regions)` (and `python -m ingest publish`) writes the ranks' regions back as one object;
+`cutouts(source, catalogue, output_dir)` (and `python -m ingest cutouts`) cuts every source of a catalogue.
 """
 from ingest.api import RemoteCube, open, read_subcube
 from ingest.errors import ConfigError, FitsFormatError, IngestError, RegionError, TransportError
@@ -19,5 +20,15 @@ def publish(comm, dest=None, regions=None, *, header=None, config=None, **option
     return publish_regions(comm, dest, regions, header=header, config=config, **options)
 
 
-__all__ = ["open", "RemoteCube", "read_subcube", "publish", "IngestError", "ConfigError", "FitsFormatError",
+def cutouts(source, catalogue, output_dir=None, *, comm=None, config=None, **settings) -> dict | None:
+    """Cut every source of `catalogue` out of `source`, one FITS file each in `output_dir`, as
+    `python -m ingest cutouts` does (settings: its options, e.g. size="5arcmin 300km/s",
+    columns=..., threads=...). Collective over `comm` (default: this process alone); rank 0
+    returns the report, the others None. MPI is imported only when this is called."""
+    from ingest.driver.cutouts import cutouts_api
+
+    return cutouts_api(source, catalogue, output_dir, comm=comm, config=config, **settings)
+
+
+__all__ = ["open", "RemoteCube", "read_subcube", "publish", "cutouts", "IngestError", "ConfigError", "FitsFormatError",
            "RegionError", "TransportError", "__version__"]

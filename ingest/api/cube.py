@@ -271,6 +271,44 @@ class RemoteCube:
             summary["tuning"] = settings.tuning.as_dict()
         return summary
 
+    def world_box(self, pos=None, band=None, channels=None, **options):
+        """The box (ingest.sky.pixels.WorldBox) a sky region, spectral range or channels select:
+        see `cutout`. Nothing is read."""
+        from ingest.api.sky import world_box_of
+
+        return world_box_of(self._connect()[1], pos, band, channels, **options)
+
+    def cutout(self, center=None, radius=None, spectral=None, *, pos=None, channels=None, convention="radio",
+               rest=None, frame="icrs"):
+        """Read every pixel whose centre lies within `radius` (an angular Quantity) of `center` (a
+        SkyCoord: ICRS, FK5 or Galactic) and, with `spectral=(lo, hi)` (Quantities of frequency,
+        vacuum wavelength or velocity; velocities by `convention` about `rest`, default the
+        header's RESTFRQ), in that range. `pos` takes any other sky region (SODA text, a
+        SkyRange, a SkyPolygon) instead of center and radius. Returns an ingest.api.sky.Cutout:
+        data, WCS shifted to the box, the box, and what the cube's edges clipped."""
+        from ingest.api.sky import Cutout, shifted_wcs
+
+        if center is not None:
+            if radius is None:
+                raise TypeError("cutout: give radius with center (an angular Quantity, e.g. 2 * u.arcmin)")
+            pos = (center, radius)
+        found = self.world_box(pos, spectral, channels, frame=frame, convention=convention, rest=rest)
+        data = self.read(tuple(slice(a, b) for a, b in found.box))
+        return Cutout(data, shifted_wcs(self.wcs_full, found.box), found.box, found.clipped, found.region_text)
+
+    @property
+    def wcs_full(self):
+        """astropy.wcs.WCS of every axis of the cube (FITS header, or HDF5 FITS-keyed attributes)."""
+        import warnings
+
+        from astropy.wcs import WCS
+
+        from ingest.sky.header import wcs_header
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return WCS(wcs_header(self._connect()[1]))
+
     def to_xarray(self, chunks="auto", name: str | None = None):
         """A lazy xarray.DataArray over dask: dims and 1-D coordinates from the WCS (FITS) or
         dim_0.. (HDF5, unless its attributes name them); `chunks` as dask.array.from_array takes

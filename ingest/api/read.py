@@ -6,6 +6,8 @@ import os
 
 import numpy as np
 
+from ingest.errors import ConfigError
+
 from ingest import buffers
 from ingest.config.settings import Settings
 from ingest.engine.destination import Destination
@@ -163,6 +165,9 @@ def read_subcube(
     native_byteorder: bool = False,
     cost: CostModel | None = None,
     retry: RetryPolicy | None = None,
+    pos=None,
+    band=None,
+    channels=None,
     **transport_options,
 ) -> np.ndarray:
     """Read `region` of HDU `hdu` of the FITS object `source`, or of dataset `dataset` of the HDF5
@@ -180,6 +185,9 @@ def read_subcube(
     values and dtype, big-endian as stored unless native_byteorder=True.
     transport_options: endpoint_url, verify_tls, ca_bundle, connect_timeout_s, read_timeout_s, client,
     refresh_url, engine, direct; any other name is a TypeError naming the closest valid one.
+    pos, band, channels: a world region instead of `region` (ingest.api.sky.world_box_of: SODA
+    text, parsed regions, or astropy objects: (SkyCoord, radius), (lo, hi) Quantities); the box is
+    every pixel whose centre lies in it, clipped to the cube.
     Each call opens the source and reads its header afresh: for many reads of one cube,
     `ingest.open(source)` keeps both (and the tuned link) across reads.
     """
@@ -187,6 +195,12 @@ def read_subcube(
     retry = retry or _retry_for(source, method, transport_options)
     with open_transport(source, method, threads=threads, **transport_options) as transport:
         layout = read_any_layout(transport, hdu=hdu, dataset=dataset, retry=retry)
+        if pos is not None or band is not None or channels is not None:
+            if region != ():
+                raise ConfigError("read_subcube: give a region or a world region (pos, band, channels), not both")
+            from ingest.api.sky import world_box_of
+
+            region = tuple(slice(a, b) for a, b in world_box_of(layout, pos, band, channels).box)
         sel, plan = plan_read(
             layout, region, strategy=strategy, chunk_bytes=chunk_bytes, max_gap_bytes=max_gap_bytes, cost=cost
         )

@@ -7,9 +7,9 @@ from ingest.api.read import plan_with
 from ingest.config import add_run_arguments, config_from_args
 from ingest.config.settings import resolve_settings, retry_policy, settings_for_job, transport_options
 from ingest.core.linkprobe import LATENCY_THREADS
-from ingest.core.selection import normalize, parse_region
+from ingest.core.selection import box_to_region, normalize, parse_region
 from ingest.core.sharing import Topology
-from ingest.driver.job import assign, box_bytes, decompose_job, largest_selection, predict
+from ingest.driver.job import assign, box_bytes, decompose_job, largest_selection, predict, world_job_box
 from ingest.errors import ConfigError
 from ingest.formats.hdf5 import list_datasets
 from ingest.formats.reader import read_any_layout, read_any_layout_timed
@@ -61,6 +61,9 @@ def _info(args) -> int:
         else:
             facts = _fits_facts(layout)
         facts["engine"] = transport.engine
+    world = world_job_box(cfg, layout)  # `info --pos ...`: which box of this cube the region is
+    if world is not None:
+        facts["world_region"] = world.as_dict()
     # What the user's environment (AWS_*, profiles, proxies) set, and from where; a local file has none.
     environment = ([{"setting": s, "value": v, "source": src} for s, v, src in describe_environment(transport_options(cfg))]
                    if cfg.resolved_method != "posix" else [])
@@ -112,6 +115,9 @@ def _plan(args) -> int:
     region = parse_region(cfg.region or "")
     with open_transport(cfg.source, cfg.method, threads=LATENCY_THREADS, **transport_options(cfg)) as transport:
         layout, header = read_any_layout_timed(transport, hdu=cfg.hdu, dataset=cfg.dataset, retry=retry_policy(cfg))
+        world = world_job_box(cfg, layout)
+        if world is not None:
+            region = box_to_region(world.box)
         settings = resolve_settings(cfg, transport, layout, normalize(region, layout.shape),
                                     header=None if model_given else header)
     cost, tuning = settings.cost, settings.tuning
@@ -120,6 +126,8 @@ def _plan(args) -> int:
     if tuning is not None:
         summary["tuning"] = tuning.as_dict()
     summary["box"] = [list(b) for b in sel.box]
+    if world is not None:
+        summary["world_region"] = world.as_dict()
     summary["threads"] = settings.threads
     job = None if n_ranks is None else _job(cfg, settings, layout, Topology.block(n_ranks, n_nodes, cores),
                                             transport.endpoint)
@@ -130,6 +138,9 @@ def _plan(args) -> int:
         return 0
     print(f"cube {_describe_cube(layout)}")
     print(f"box (numpy order, half-open): {summary['box']}")
+    if world is not None:
+        clipped = f"; clipped to the cube on {', '.join(world.clipped)}" if world.clipped else ""
+        print(f"world region {world.region_text}{clipped}")
     if tuning is not None:
         print(f"tuned by {tuning.reason}")
     print(

@@ -28,6 +28,7 @@ COMMANDS = {
     "tile": "ingest.cli.tile",
     "presign": "ingest.cli.presign",
     "publish": "ingest.cli.publish",
+    "cutouts": "ingest.cli.cutouts",
 }
 
 

@@ -2,6 +2,7 @@
 whose every voxel is known (ingest.testbed.synth's oracle)."""
 from __future__ import annotations
 
+from ingest.errors import ConfigError
 from ingest.testbed.synth import BITPIX_DTYPES, check_shape, parse_fits_shape, write_cube
 from ingest.testbed.synth_hdf5 import parse_chunks, write_hdf5_cube
 
@@ -9,15 +10,21 @@ from ingest.testbed.synth_hdf5 import parse_chunks, write_hdf5_cube
 def _run(args) -> int:
     shape = check_shape(parse_fits_shape(args.shape))
     if args.format == "hdf5":
+        for option, value in (("--beams", args.beams), ("--restfrq", args.restfrq is not None)):
+            if value:
+                raise ConfigError(f"{option}: FITS cubes only (CARTA's HDF5 schema keeps no beam table, and the "
+                                  f"HDF5 cube's header attributes are fixed)")
         return _run_hdf5(args, shape)
     info = write_cube(args.out, shape, args.bitpix, bscale=args.bscale, bzero=args.bzero,
                       blank=args.blank, extension=args.extension,
-                      header_blocks=args.header_blocks, stokes=args.stokes)
+                      header_blocks=args.header_blocks, stokes=args.stokes, restfrq_hz=args.restfrq,
+                      beams=args.beams)
     fits_shape = "x".join(str(n) for n in reversed(info["shape"]))
     hdu = "IMAGE extension 1" if args.extension else "primary HDU"
     print(f"wrote {info['path']}: {fits_shape} (NAXIS1xNAXIS2...) BITPIX={info['bitpix']} in the {hdu}, "
           f"data at byte {info['data_offset']}, {info['data_bytes']} data bytes, "
-          f"{info['file_bytes']} bytes in all")
+          f"{info['file_bytes']} bytes in all" + (f", BEAMS table {info['beams_bytes']} bytes after the data"
+                                                  if info.get("beams_bytes") else ""))
     return 0
 
 
@@ -49,6 +56,10 @@ def add_parser(subparsers) -> None:
                    help="pad the cube's header to at least N 2880-byte blocks (default 1)")
     p.add_argument("--stokes", action="store_true",
                    help="4 axes only: STOKES on FITS axis 3 and FREQ on axis 4 (default FREQ then STOKES)")
+    p.add_argument("--beams", action="store_true",
+                   help="a beam per channel as CASA and ASKAP write it: CASAMBM = T and a BEAMS table after the data")
+    p.add_argument("--restfrq", type=float, default=None, metavar="HZ",
+                   help="RESTFRQ card: the line's rest frequency in Hz, e.g. 1.420405752e9 (default: none)")
     p.add_argument("--format", choices=("fits", "hdf5"), default="fits", help="file format (default fits)")
     p.add_argument("--chunks", default=None, help="hdf5: chunk shape in numpy order ZxYxX, e.g. 16x64x64 "
                                                   "(default: contiguous)")

@@ -33,7 +33,10 @@ SECTIONS = ("run",)  # TOML tables ingest reads; add one when another command re
 # The commands that offer a field on their command line (a config file may set any field):
 JOBS = ("run", "stage", "prestage")  # MPI jobs: every setting
 PLANNERS = JOBS + ("plan",)  # + how a read is split, planned and tuned
-OPENERS = PLANNERS + ("info",)  # + how the object is opened and read
+REGION_TAKERS = PLANNERS + ("info",)  # + how the object is opened and read
+CUTOUTS = ("cutouts",)  # a catalogue's sources cut out: opened, read and tuned like a job, no grid
+OPENERS = REGION_TAKERS + CUTOUTS
+TUNERS = PLANNERS + CUTOUTS  # how requests are sized, merged and kept in flight
 LAYOUTS = ("frame", "frame-per-rank", "subcubes")
 # The openssl layer under urllib3 reads at most 2**31 - 1 bytes at once (seed 001 s7.2).
 _MAX_REQUEST_BYTES = 2**31 - 1
@@ -64,29 +67,29 @@ class RunConfig:
                             "thread), urllib3 (urllib3 and boto3, a thread per request); auto: native when installed")
     endpoint_url: str | None = _opt(None, commands=OPENERS + ("publish",), unit="URL", kind="path",
                                     help="S3 endpoint, e.g. https://projects.pawsey.org.au", shown_default="boto3's chain")
-    threads: int | None = _opt(None, commands=PLANNERS, unit="threads", kind="int", low=1, high=1024,
+    threads: int | None = _opt(None, commands=TUNERS, unit="threads", kind="int", low=1, high=1024,
                                help="concurrent range requests per rank",
                                shown_default="auto: tuned by the probe, else 4")
-    chunk_bytes: int | None = _opt(None, commands=PLANNERS, unit="bytes", kind="bytes", low=1, high=_MAX_REQUEST_BYTES,
+    chunk_bytes: int | None = _opt(None, commands=TUNERS, unit="bytes", kind="bytes", low=1, high=_MAX_REQUEST_BYTES,
                                    help="largest single range request; accepts 16MiB, 1GiB, 500kB",
                                    shown_default="auto: tuned by the probe, else 16 MiB")
-    probe: bool = _opt(True, commands=PLANNERS, command_defaults={"plan": False}, kind="bool",
+    probe: bool = _opt(True, commands=TUNERS, command_defaults={"plan": False}, kind="bool",
                        help="with strategy auto, measure latency and bandwidth first and tune gap, "
                             "request size and threads (rank 0 probes once and broadcasts)")
-    strategy: str = _opt("auto", commands=PLANNERS, kind="choice", choices=("auto", "large", "intermediate", "small"),
+    strategy: str = _opt("auto", commands=TUNERS, kind="choice", choices=("auto", "large", "intermediate", "small"),
                          help="request strategy (seed 001 s7.4); auto merges gaps up to max_gap_bytes")
-    max_gap_bytes: int | None = _opt(None, commands=PLANNERS, unit="bytes", kind="bytes", low=0,
+    max_gap_bytes: int | None = _opt(None, commands=TUNERS, unit="bytes", kind="bytes", low=0,
                                      help="merge runs separated by at most this many unwanted bytes",
                                      shown_default="latency_s x bandwidth_bytes_per_s")
-    latency_s: float = _opt(0.002, commands=PLANNERS + ("publish",), unit="s", kind="float", low=0.0,
+    latency_s: float = _opt(0.002, commands=TUNERS + ("publish",), unit="s", kind="float", low=0.0,
                             help="cost model: time per request (seed 001: ~2 ms on Acacia)")
-    bandwidth_bytes_per_s: float = _opt(75e6, commands=PLANNERS + ("publish",), unit="bytes/s", kind="rate", low=0.0, low_open=True,
+    bandwidth_bytes_per_s: float = _opt(75e6, commands=TUNERS + ("publish",), unit="bytes/s", kind="rate", low=0.0, low_open=True,
                                         help="cost model: bandwidth per rank (75e6 = 600 Mbit/s); accepts 75MB")
-    cpu_per_request_s: float = _opt(0.0, commands=PLANNERS, unit="s", kind="float", low=0.0,
+    cpu_per_request_s: float = _opt(0.0, commands=TUNERS, unit="s", kind="float", low=0.0,
                                     help="cost model: client CPU per request (BENCHMARKS.md: ~0.0001 native, "
                                          "~0.0004 urllib3, ~0.001 boto3); a probe or the header request measures it",
                                     shown_default="0, or what the header request took")
-    max_in_flight: int | None = _opt(None, commands=PLANNERS, unit="requests", kind="int", low=1, high=1024,
+    max_in_flight: int | None = _opt(None, commands=TUNERS, unit="requests", kind="int", low=1, high=1024,
                                      help="most requests the tuner may keep in flight at once",
                                      shown_default="64 on the native engine, else 16")
     grid: str = _opt("auto", commands=PLANNERS, unit="parts per axis, FITS order", kind="grid",
@@ -114,8 +117,49 @@ class RunConfig:
     region: str | None = _opt(None, commands=PLANNERS, unit="numpy-order slices", kind="region",
                               help="restrict the job to part of the cube, e.g. '0:100,:,200:300'",
                               shown_default="whole cube")
-    report: str | None = _opt(None, unit="path", kind="path", commands=JOBS + ("publish",), help="write the JSON report here")
-    output_dir: str | None = _opt(None, unit="path", kind="path",
+    pos: str | None = _opt(None, commands=REGION_TAKERS, unit="SODA POS, or a readable form with units", kind="pos",
+                           help="restrict the job to a sky region: SODA's 'CIRCLE ra dec r', 'RANGE ra1 ra2 dec1 dec2', "
+                                "'POLYGON ra1 dec1 ...' (degrees), or e.g. 'circle 10h00m28.8s -30d15m 5arcmin'; every "
+                                "pixel whose centre lies in it is read", shown_default="no sky limit")
+    band: str | None = _opt(None, commands=REGION_TAKERS, unit="SODA BAND (m), or two values with units", kind="band",
+                            help="restrict the job to a spectral range: SODA's vacuum wavelengths in metres "
+                                 "('0.2112 0.2114'), or '1.4170GHz 1.4185GHz', '1200km/s 1500km/s'",
+                            shown_default="every channel")
+    channels: str | None = _opt(None, commands=REGION_TAKERS, unit="channels, inclusive", kind="channels",
+                                help="restrict the job to channels 'LO HI' (SODA's CHANNEL, 0-based, both included)",
+                                shown_default="every channel")
+    frame: str = _opt("icrs", commands=REGION_TAKERS + CUTOUTS, kind="choice", choices=("icrs", "fk5", "galactic"),
+                      help="the celestial frame of pos (and of a catalogue's ra/dec); a frame word in pos wins")
+    velocity_convention: str = _opt("radio", commands=REGION_TAKERS + CUTOUTS, kind="choice",
+                                    choices=("radio", "optical", "relativistic"),
+                                    help="how a velocity in band (or a catalogue's) maps to frequency")
+    rest_frequency: str | None = _opt(None, commands=REGION_TAKERS + CUTOUTS, unit="frequency with unit", kind="str",
+                                      help="rest frequency for velocities, e.g. 1420.405752MHz",
+                                      shown_default="the header's RESTFRQ/RESTFREQ")
+    # cutouts (ingest.driver.cutouts): every source of a catalogue cut out of the cube.
+    catalogue: str | None = _opt(None, unit="path", kind="path", commands=CUTOUTS,
+                                 help="cutouts: the source catalogue: SoFiA-2's ASCII or VOTable, or any table astropy "
+                                      "reads (CSV, ECSV, VOTable, FITS) (required)")
+    size: str | None = _opt(None, kind="str", commands=CUTOUTS, unit="radius and half width, or bbox+MARGIN",
+                            help="cutouts: each cut-out's size: '5arcmin 300km/s' (a radius about ra/dec and a half "
+                                 "width about the source's frequency or velocity), 'bbox+10' (SoFiA-2's box plus a "
+                                 "margin in pixels), or per-source columns 'column:RADIUS,column:HALFWIDTH'",
+                            shown_default="bbox+10 where the catalogue has x_min..z_max")
+    columns: str | None = _opt(None, kind="str", commands=CUTOUTS, unit="ROLE=COLUMN,...",
+                               help="cutouts: name catalogue columns whose names are not the usual ones, e.g. "
+                                    "ra=RAJ2000,dec=DEJ2000,name=ID", shown_default="recognised by name")
+    sofia_par: str | None = _opt(None, kind="path", commands=CUTOUTS, unit="path",
+                                 help="cutouts: the SoFiA-2 parameter file of a one-region catalogue: its input.region "
+                                      "places the pixel columns in the full cube, as SoFiA-X does",
+                                 shown_default="pixel columns are of the full cube")
+    region_offset: str | None = _opt(None, kind="str", commands=CUTOUTS, unit="pixels x,y,z",
+                                     help="cutouts: add this to the catalogue's pixel columns (a region's origin)",
+                                     shown_default="0,0,0")
+    cutout_batch_bytes: int = _opt(256 << 20, unit="bytes", kind="bytes", low=1, commands=CUTOUTS,
+                                   help="cutouts: bytes one batch of cut-outs may read at once (its buffer); the "
+                                        "rank's memory is about this plus threads x chunk_bytes")
+    report: str | None = _opt(None, unit="path", kind="path", commands=JOBS + CUTOUTS + ("publish",), help="write the JSON report here")
+    output_dir: str | None = _opt(None, unit="path", kind="path", commands=JOBS + CUTOUTS,
                                   help="run: write each rank's subcube here; prestage: the staging directory "
                                        "(required)")
     layout: str = _opt("frame", kind="choice", choices=LAYOUTS, commands=("prestage",),
@@ -146,8 +190,8 @@ class RunConfig:
                                 help="earlier JSON report to compare this run against")
     native_byteorder: bool = _opt(False, kind="bool",
                                   help="return native-endian arrays (costs a byte swap) instead of FITS big-endian")
-    progress: bool = _opt(True, kind="bool", commands=JOBS + ("publish",), help="show a progress bar on rank 0")
-    presign_expires_s: int = _opt(3600, unit="s", kind="int", low=1, high=MAX_EXPIRES_S, commands=JOBS + ("publish",),
+    progress: bool = _opt(True, kind="bool", commands=JOBS + CUTOUTS + ("publish",), help="show a progress bar on rank 0")
+    presign_expires_s: int = _opt(3600, unit="s", kind="int", low=1, high=MAX_EXPIRES_S, commands=JOBS + CUTOUTS + ("publish",),
                                   help="lifetime of URLs ingest presigns itself (SigV4 allows 7 days)")
     retries: int | None = _opt(None, commands=OPENERS + ("publish",), unit="retries", kind="int", low=0,
                                help="retries per request after a retryable error",
@@ -164,9 +208,11 @@ class RunConfig:
     ca_bundle: str | None = _opt(None, commands=OPENERS + ("publish",), unit="path", kind="path", help="PEM file of CAs to trust for TLS")
     verify_tls: bool = _opt(True, commands=OPENERS + ("publish",), kind="bool", help="verify TLS certificates (turn off only for test servers)")
 
+
     # publish (ingest.driver.publish): regions from every rank written back as one object.
-    dest: str | None = _opt(None, unit="s3://bucket/key", kind="path", commands=("publish",),
-                            help="publish: the object to write (required)")
+    dest: str | None = _opt(None, unit="s3://bucket/key", kind="path", commands=("publish",) + CUTOUTS,
+                            help="publish: the object to write (required); cutouts: s3://bucket/prefix/ to put "
+                                 "each cut-out (and manifest.json) under, as objects")
     header_from: str | None = _opt(None, unit="path or URL", kind="path", commands=("publish",),
                                    help="publish: the FITS or HDF5 cube whose header (HDF5: dataset path and "
                                         "attributes) the object gets; NAXISn and BITPIX follow the regions",
@@ -215,6 +261,12 @@ class RunConfig:
                               "give one of them")
         if self.region_shape is not None and self.halo:
             raise ConfigError("halo: not used with region_shape; neighbouring regions overlap by min_overlap")
+        world = [name for name in ("pos", "band", "channels") if getattr(self, name) is not None]
+        if world and self.region is not None:
+            raise ConfigError(f"region: {self.region!r} and {', '.join(world)} both restrict the job; give pixel "
+                              f"slices or a world region, not both")
+        if self.band is not None and self.channels is not None:
+            raise ConfigError(f"band: {self.band!r} and channels {self.channels!r} both choose channels; give one")
         if self.min_overlap is not None and self.region_shape is None:
             raise ConfigError(f"min_overlap: {self.min_overlap!r} only applies with region_shape (s2p_setup's rule)")
 
@@ -300,7 +352,7 @@ def _expected(meta) -> str:
         return "true or false"
     if kind == "companions":
         return "NAME=SOURCE entries (a name such as weights, then the companion cube's path or URL)"
-    if kind in ("str", "path", "grid", "region", "region_shape", "overlap"):
+    if kind in ("str", "path", "grid", "region", "region_shape", "overlap", "pos", "band", "channels"):
         return f"a non-empty string ({unit})" if unit else "a non-empty string"
     noun = {"int": "an integer", "float": "a number", "bytes": "a byte count", "rate": "a number"}[kind]
     low, high = meta["low"], meta["high"]
@@ -442,6 +494,10 @@ def _check_syntax(name: str, kind: str, value: str) -> None:
         parse_region_shape(value)
     elif kind == "overlap":
         parse_min_overlap(value)
+    elif kind in ("pos", "band", "channels"):
+        from ingest.sky.regions import parse_band, parse_channels, parse_pos
+
+        {"pos": parse_pos, "band": parse_band, "channels": parse_channels}[kind](value)
     elif name == "endpoint_url" and _source_form(value) != "http":
         raise ConfigError(f"endpoint_url: expected an http(s):// URL, got {redact_url(value)!r}")
     elif name == "dest":

@@ -65,7 +65,7 @@ def _settings_facts(job: Job) -> dict:
 
 def _grid_facts(cfg: RunConfig, job: Job) -> dict:
     return {"grid_fits": list(job.grid_fits), "reason": job.grid_reason, "halo": cfg.halo,
-            "regions": len(job.regions)}
+            "regions": len(job.regions), "world_region": job.world_region}
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,7 @@ class Job:
     shared_rounds: tuple = ()  # the probe rounds in which several ranks read at once (SharedRound)
     endpoint: str | None = None  # the store's, as the link cache names it
     shape: JobShape | None = None  # what the endpoint's next job of the same shape learns from this one
+    world_region: dict | None = None  # the sky/spectral region asked for, its box and what was clipped
 
 
 def remember_job(job: Job, makespan_s: float) -> None:
@@ -74,8 +75,22 @@ def plan_box(cfg: RunConfig, settings: Settings, layout: Layout, box):
     return plan_with(layout, box_to_region(box), settings)
 
 
+def world_job_box(cfg: RunConfig, layout: Layout):
+    """The WorldBox of the config's pos/band/channels, or None when none is given (astropy is
+    loaded only then)."""
+    if cfg.pos is None and cfg.band is None and cfg.channels is None:
+        return None
+    from ingest.sky.world import config_world_box
+
+    return config_world_box(cfg, layout)
+
+
 def _job_box(cfg: RunConfig, layout: Layout) -> tuple:
-    """The part of the cube the whole job covers (config `region`, default all of it)."""
+    """The part of the cube the whole job covers (config `region`, or the box of its world region
+    `pos`/`band`/`channels`; default all of it)."""
+    world = world_job_box(cfg, layout)
+    if world is not None:
+        return world.box
     sel = normalize(parse_region(cfg.region) if cfg.region else (), layout.shape)
     if any(step != 1 for step in sel.steps):
         raise ConfigError(f"region: {cfg.region!r} has a step; a job region must be a plain box")
@@ -237,8 +252,10 @@ def prepare_job(cfg: RunConfig, topology: Topology, staging: bool = False, rank_
 
         check_output_dir(cfg.output_dir, [output_name(r, regions[i], output_ext(layout))
                                           for r, mine in enumerate(assignment) for i in mine])
+    world = world_job_box(cfg, layout)
     return Job(read_source, method, layout, info, grid_fits, reason, regions, assignment, settings, signer_args,
-               estimate_s, prediction=prediction, shared_rounds=rounds, endpoint=endpoint, shape=shape)
+               estimate_s, prediction=prediction, shared_rounds=rounds, endpoint=endpoint, shape=shape,
+               world_region=world.as_dict() if world is not None else None)
 
 
 def _tiled_job(cfg: RunConfig, index, index_name: str, read_source: str, method: str, info: ObjectInfo,

@@ -7,6 +7,7 @@ NAXIS1..NAXISn.
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from dataclasses import dataclass
 
@@ -15,12 +16,16 @@ from astropy.io import fits
 
 from ingest.core.layout import ContiguousGeometry
 from ingest.errors import FitsFormatError
+from ingest.formats.beams import BeamTable
 
 BLOCK_BYTES = 2880  # FITS records are 36 cards x 80 characters
 CARD_BYTES = 80
 
 # FITS stores big-endian; BITPIX 8 is unsigned.
 BITPIX_DTYPES = {8: ">u1", 16: ">i2", 32: ">i4", 64: ">i8", -32: ">f4", -64: ">f8"}
+
+# Spectral CTYPEs by their first four characters: FITS WCS Paper III's, AIPS's FELO-xxx and VELO-xxx.
+SPECTRAL_CTYPES = ("FREQ", "ENER", "WAVN", "VRAD", "WAVE", "VOPT", "ZOPT", "AWAV", "VELO", "BETA", "FELO")
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class FitsLayout(ContiguousGeometry):
     chunks = None
     dataset = None
     header_text: str = ""  # the HDU's header cards, for writing WCS-shifted outputs
+    beams: BeamTable | None = None  # the per-channel BEAMS table (CASAMBM = T), if the cube has one
 
     @property
     def raw_dtype(self) -> np.dtype:
@@ -73,6 +79,78 @@ class FitsLayout(ContiguousGeometry):
         if self.bitpix > 0:
             return np.dtype("float32")
         return self.raw_dtype  # floats are scaled in place, keeping their stored byte order
+
+    @property
+    def spectral_axis(self) -> int | None:
+        """The numpy axis whose CTYPE is spectral (FREQ, VRAD, VOPT, VELO-xxx, WAVE, ...), or None."""
+        return axis_roles(self.header_text, len(self.shape))[0]
+
+    @property
+    def stokes_axis(self) -> int | None:
+        """The numpy axis whose CTYPE is STOKES (the BEAMS table's POL runs along it), or None."""
+        return axis_roles(self.header_text, len(self.shape))[1]
+
+    def box_beams(self, box) -> BeamTable | None:
+        """The BEAMS table cut to `box` (numpy-order half-open pairs): its channels along the
+        spectral axis and its polarisations along the Stokes axis (every one when the cube has no
+        Stokes axis). None when the cube has no table."""
+        if self.beams is None:
+            return None
+        spectral, stokes = axis_roles(self.header_text, len(self.shape))
+        if spectral is None:
+            if self.beams.nchan != 1:
+                raise FitsFormatError(f"{self.source} HDU {self.hdu}: a BEAMS table of {self.beams.nchan} channels "
+                                      f"but no spectral axis among the CTYPEs; cannot tell which channels a box keeps")
+            chans = (0, 1)
+        else:
+            chans = box[spectral]
+        pols = box[stokes] if stokes is not None else (0, self.beams.npol)
+        return self.beams.cut(int(chans[0]), int(chans[1]), int(pols[0]), int(pols[1]))
+
+
+def axis_roles(header_text: str, ndim: int) -> tuple[int | None, int | None]:
+    """(spectral, Stokes) numpy axes of an HDU from its CTYPEn cards (FITS axis n is numpy axis
+    ndim - n); None for an axis the header does not have. The first spectral axis counts."""
+    spectral = stokes = None
+    for pos in range(0, len(header_text), CARD_BYTES):
+        card = header_text[pos : pos + CARD_BYTES]
+        match = _CTYPE_CARD.match(card)
+        if match is None or not 1 <= int(match.group(1)) <= ndim:
+            continue
+        ctype = match.group(2).strip().upper()
+        axis = ndim - int(match.group(1))
+        if ctype == "STOKES":
+            stokes = axis if stokes is None else stokes
+        elif ctype[:4] in SPECTRAL_CTYPES:
+            spectral = axis if spectral is None else spectral
+    return spectral, stokes
+
+
+def says_beams(header: fits.Header) -> bool:
+    """CASAMBM = T: the HDU's beam varies per channel and a BEAMS table follows the image."""
+    return header.get("CASAMBM", False) is True
+
+
+def with_beams(layout: FitsLayout, table: BeamTable) -> FitsLayout:
+    """`layout` carrying its BEAMS `table`, once the table fits the cube: NCHAN is the spectral
+    axis's length and NPOL the Stokes axis's (1 without one). A FitsFormatError otherwise."""
+    from dataclasses import replace
+
+    where = f"{layout.source}: BEAMS table of HDU {layout.hdu}"
+    spectral, stokes = axis_roles(layout.header_text, len(layout.shape))
+    want_chan = layout.shape[spectral] if spectral is not None else 1
+    want_pol = layout.shape[stokes] if stokes is not None else 1
+    if table.nchan != want_chan:
+        axis = f"spectral axis (numpy axis {spectral})" if spectral is not None else "cube (no spectral axis)"
+        raise FitsFormatError(f"{where} has NCHAN = {table.nchan} but the {axis} has {want_chan} channel(s)")
+    if table.npol != want_pol:
+        axis = f"Stokes axis (numpy axis {stokes})" if stokes is not None else "cube (no STOKES axis)"
+        raise FitsFormatError(f"{where} has NPOL = {table.npol} but the {axis} has {want_pol} polarisation(s)")
+    return replace(layout, beams=table)
+
+
+# CTYPEn = 'VALUE' (primary WCS only: an alternate's CTYPEnA names the same axes).
+_CTYPE_CARD = re.compile(r"CTYPE(\d)\s*=\s*'([^']*)'")
 
 
 def header_end(block: bytes) -> int | None:

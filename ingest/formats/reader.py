@@ -1,4 +1,5 @@
-"""Fetch an HDU's header through a transport, 2880-byte block by block until END."""
+"""Fetch an HDU's header through a transport, 2880-byte block by block until END; for a cube whose
+header says CASAMBM = T, its BEAMS table too (ingest.formats.beams)."""
 from __future__ import annotations
 
 import time
@@ -8,7 +9,9 @@ from astropy.io import fits
 
 from ingest.core.tiles import MAX_INDEX_BYTES, SCHEMA, looks_like_json_object, parse_index_bytes
 from ingest.errors import FitsFormatError
-from ingest.formats.fits import BLOCK_BYTES, FitsLayout, check_first_block, hdu_data_span, header_end, image_layout, parse_header
+from ingest.formats.beams import is_beams_header, parse_beam_table
+from ingest.formats.fits import (BLOCK_BYTES, FitsLayout, check_first_block, hdu_data_span, header_end, image_layout,
+                                 parse_header, says_beams, with_beams)
 from ingest.transports.retry import RetryPolicy, read_with_retries, retry_call
 from ingest.transports.base import Transport
 
@@ -77,12 +80,14 @@ def read_layout_timed(transport: Transport, hdu: int = 0, retry: RetryPolicy = R
     if transport.object_bytes == 0:
         raise FitsFormatError(f"{transport.display_name}: object is empty (0 bytes); not a FITS file")
     offset = 0
+    primary = None
     for index in range(hdu + 1):
         if offset >= transport.object_bytes:
             raise FitsFormatError(f"{transport.display_name}: has only {index} HDUs, no HDU {hdu}")
         raw, data_offset = _read_header(transport, offset, index, retry, timings,
                                         first_block if index == 0 else None)
         header = parse_header(raw, transport.display_name, index)
+        primary = header if index == 0 else primary
         if index == hdu:
             layout = image_layout(
                 header,
@@ -93,9 +98,45 @@ def read_layout_timed(transport: Transport, hdu: int = 0, retry: RetryPolicy = R
                 object_bytes=transport.object_bytes,
                 header_text=raw.decode("ascii"),
             )
+            if says_beams(header) or says_beams(primary):  # CASA writes it in the image's header
+                layout = _attach_beams(transport, layout, header, retry, timings)
             return layout, min(timings, key=lambda t: t.request_s)
         offset = data_offset + hdu_data_span(header)
     raise AssertionError("unreachable")
+
+
+def _attach_beams(transport: Transport, layout: FitsLayout, image_header: fits.Header, retry: RetryPolicy,
+                  timings: list[HeaderTiming]) -> FitsLayout:
+    """CASAMBM = T: walk the HDUs after the image's data by their headers (Range reads, a block
+    at a time, as for the image's own) to the first BEAMS table, read it and attach it. A missing
+    or malformed table is a FitsFormatError naming the object: a cut-out of such a cube would
+    otherwise claim beams it does not carry."""
+    name, size = transport.display_name, transport.object_bytes
+    what = f"{name}: HDU {layout.hdu} says CASAMBM = T (a beam per channel)"
+    offset = layout.data_offset + hdu_data_span(image_header)
+    index = layout.hdu + 1
+    while True:
+        if offset >= size:
+            raise FitsFormatError(f"{what} but no BEAMS table follows the image: the object ends after HDU {index - 1}")
+        try:
+            raw, data_offset = _read_header(transport, offset, index, retry, timings)
+            header = parse_header(raw, name, index)
+            span_bytes = hdu_data_span(header)
+        except (FitsFormatError, KeyError, ValueError) as exc:
+            raise FitsFormatError(f"{what}, but HDU {index} after the image, where its BEAMS table is looked "
+                                  f"for, is malformed: {exc}") from None
+        if is_beams_header(header):
+            break
+        offset = data_offset + span_bytes
+        index += 1
+    table_bytes = int(header["NAXIS1"]) * int(header["NAXIS2"]) + int(header.get("PCOUNT", 0))
+    if data_offset + table_bytes > size:
+        raise FitsFormatError(f"{what}, but its BEAMS table (HDU {index}) needs {table_bytes} bytes from byte "
+                              f"{data_offset} and the object ends at {size}; it is truncated")
+    data = bytearray(min(span_bytes, size - data_offset))  # with its padding, when the object has it
+    if data:
+        read_with_retries(transport, memoryview(data), data_offset, retry, lambda *fault: None)
+    return with_beams(layout, parse_beam_table(raw + bytes(data), name))
 
 
 def read_any_layout(transport: Transport, *, hdu: int = 0, dataset: str | None = None,
@@ -159,11 +200,18 @@ def _head(transport: Transport, retry: RetryPolicy) -> bytes:
 def whole_cube_layout(first_tile, index, name: str):
     """The cube's layout as its tiles describe it, for the report, scaling and cut-outs: tile 0's
     (its box starts at the origin, so its WCS is the source's) with the whole cube's shape.
-    Offsets stay tile 0's; object_bytes is every tile's."""
+    Offsets stay tile 0's; object_bytes is every tile's. Its BEAMS table is tile 0's when tile 0
+    spans every channel and polarisation, else none."""
     if first_tile.kind != "fits":
         return replace(first_tile, source=name, shape=index.shape, object_bytes=index.stored_bytes)
     header = fits.Header.fromstring(first_tile.header_text)
     for n, extent in enumerate(reversed(index.shape), start=1):
         header[f"NAXIS{n}"] = extent
-    return replace(first_tile, source=name, shape=index.shape, object_bytes=index.stored_bytes,
-                   header_text=header.tostring())
+    whole = replace(first_tile, source=name, shape=index.shape, object_bytes=index.stored_bytes,
+                    header_text=header.tostring(), beams=None)
+    if first_tile.beams is None:
+        return whole
+    try:  # tile 0's table is the cube's only when tile 0 spans every channel and polarisation
+        return with_beams(whole, first_tile.beams)
+    except FitsFormatError:
+        return whole  # the other channels' beams are in other tiles: cut-outs carry none rather than wrong ones

@@ -23,7 +23,10 @@ from ingest.atomic import publish, remove_quietly
 
 FRAME_METADATA_LIMIT_BYTES = 64 << 20  # beyond this, copying the rest of the file is a staging step of its own
 _WRITE_BYTES = 64 << 20
-_CRPIX = re.compile(r"CRPIX(\d+)[A-Z]?")
+# Reference-pixel keys: CRPIXn, its alternates CRPIXna, IRAF's LTVn.
+_CRPIX = re.compile(r"CRPIX(\d+)[A-Z]?|LTV(\d+)")
+# Attributes that make the dataset's attributes a FITS WCS (as ingest.outputs.subcubes' _WCS_KEY).
+_WCS_KEY = re.compile(r"(CTYPE|CRVAL|CDELT|CUNIT|CD\d+_\d+|PC\d+_\d+)\d*[A-Z]?")
 
 
 @dataclass(frozen=True)
@@ -37,13 +40,22 @@ class H5Image:
 
 def region_attrs(layout, box, source_label: str) -> dict:
     """The source dataset's attributes with the region's position recorded, and each FITS-style
-    CRPIXn (FITS axis n = numpy axis ndim - n) moved by the region's start, as the FITS cut-outs do."""
+    CRPIXn and alternate CRPIXna (FITS axis n = numpy axis ndim - n) and IRAF LTVn moved by the
+    region's start, as the FITS cut-outs do; read back into a FITS header, the attributes give the
+    region's pixels the world coordinates they have in the cube. When the attributes carry a WCS
+    but no CRPIXn for a shifted axis, CRPIXn = -start is written (the WCS default is 0)."""
     ndim = len(layout.shape)
     attrs = dict(layout.attrs)
     for key, value in layout.attrs.items():
         match = _CRPIX.fullmatch(key)
-        if match and 1 <= int(match.group(1)) <= ndim and isinstance(value, (int, float)):
-            attrs[key] = float(value) - box[ndim - int(match.group(1))][0]
+        n = int(match.group(1) or match.group(2)) if match else 0
+        if 1 <= n <= ndim and isinstance(value, (int, float)) and not isinstance(value, bool):
+            attrs[key] = float(value) - box[ndim - n][0]
+    if any(_WCS_KEY.fullmatch(key) for key in layout.attrs):
+        for n in range(1, ndim + 1):
+            start = box[ndim - n][0]
+            if start and f"CRPIX{n}" not in layout.attrs:
+                attrs[f"CRPIX{n}"] = 0.0 - start
     attrs.update(ingest_region_start=np.array([a for a, _ in box], np.int64),
                  ingest_source_shape=np.array(layout.shape, np.int64), ingest_source=source_label,
                  ingest_source_dataset=layout.dataset)
@@ -96,14 +108,16 @@ def subcube_image(layout, box, *, source_label: str, attrs: dict | None = None,
     return H5Image(pieces, int(data_offset), size_bytes)
 
 
-def write_h5_subcube(path, layout, box, raw: np.ndarray, *, source_label: str) -> str:
+def write_h5_subcube(path, layout, box, raw: np.ndarray, *, source_label: str, extra_attrs: dict | None = None) -> str:
     """`run --output-dir`: write one region (raw stored values, box-shaped) as an .h5 file,
-    atomically (temporary name, fsync, rename): the file subcube_image describes, data filled in."""
+    atomically (temporary name, fsync, rename): the file subcube_image describes, data filled in;
+    `extra_attrs` (e.g. OBJECT, a cut-out's source name) are added to region_attrs."""
     extents = tuple(int(b) - int(a) for a, b in box)
     if raw.shape != extents:
         raise IngestError(f"{path}: data shape {raw.shape} does not match the region's {extents}")
     data = np.ascontiguousarray(raw, dtype=layout.dtype)  # the stored byte order, as h5py would write it
-    image = subcube_image(layout, box, source_label=source_label)
+    attrs = {**region_attrs(layout, box, source_label), **(extra_attrs or {})}
+    image = subcube_image(layout, box, source_label=source_label, attrs=attrs)
     path = os.fspath(path)
     tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.tmp-{os.getpid()}")
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o666)

@@ -30,16 +30,21 @@ def identity(name: str, info) -> dict:
 
 def load(out_dir: str) -> dict | None:
     """The manifest in out_dir, or None; an unreadable one is an error naming the file."""
-    path = path_in(out_dir)
+    return load_json(path_in(out_dir), SCHEMA, "pre-stage manifest", "use --fresh to start over")
+
+
+def load_json(path: str, schema: str, what: str, remedy: str) -> dict | None:
+    """A JSON manifest of `schema` at path, or None when there is none; an unreadable one, or one
+    of another schema, is an error naming the file and saying what to do (`remedy`)."""
     try:
         with open(path, encoding="utf-8") as fh:
             manifest = json.load(fh)
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: not a readable pre-stage manifest ({exc}); use --fresh to start over") from None
-    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
-        raise ConfigError(f"{path}: not a {SCHEMA} manifest; use --fresh to start over")
+        raise ConfigError(f"{path}: not a readable {what} ({exc}); {remedy}") from None
+    if not isinstance(manifest, dict) or manifest.get("schema") != schema:
+        raise ConfigError(f"{path}: not a {schema} manifest; {remedy}")
     return manifest
 
 

@@ -5,8 +5,11 @@
   in the object, so the pipeline sees the staged cube and the holes cost no disk.
 - `frame-per-rank`: the same, one file per cube and rank, DIR/rankNNNN/<name>, for filesystems
   where ranks on different nodes must not write one file (NFS writes back whole pages).
-- `subcubes`: one cut-out per cube and region, DIR/<stem>_region<NNN>.fits (WCS shifted), or
-  .h5 for an HDF5 source (the dataset at its path, its attributes, the region's position).
+- `subcubes`: one cut-out per cube and region, DIR/<stem>_region<NNN>.fits (WCS shifted, the
+  BEAMS table cut to the region's channels after the data when the cube has one), or .h5 for an
+  HDF5 source (the dataset at its path, its attributes, the region's position).
+
+A FITS frame is the full cube: it keeps the full BEAMS table, after the padded data.
 
 An output follows its source's format. A file is its metadata `pieces` (bytes at offsets: a FITS
 header at 0; an HDF5 file's superblock, object headers and heaps wherever h5py put them) and its
@@ -25,7 +28,7 @@ from ingest.errors import ConfigError
 from ingest.formats.fits import BLOCK_BYTES, FitsLayout
 from ingest.staging.stage import staged_path
 from ingest.atomic import publish
-from ingest.outputs.subcubes import subcube_header
+from ingest.outputs.subcubes import cutout_parts
 
 PAGE_BYTES = 4096  # a partly written page of a sparse file still allocates the whole page
 
@@ -72,19 +75,24 @@ def frame_header(layout: FitsLayout) -> bytes:
 
 def frame_pieces(layout, read_range) -> tuple:
     """Rank 0: the metadata a frame file copies from the source, verbatim. `read_range(offset,
-    nbytes)` fetches object bytes (an HDF5 file's metadata may sit before and after the data)."""
+    nbytes)` fetches object bytes (an HDF5 file's metadata may sit before and after the data).
+    A FITS cube's BEAMS table (its header says CASAMBM = T) follows the padded data, whole."""
     if layout.kind == "hdf5":
         from ingest.outputs.h5files import frame_pieces as hdf5_pieces
 
         return tuple(hdf5_pieces(layout, read_range))
-    return ((0, frame_header(layout)),)
+    pieces = ((0, frame_header(layout)),)
+    if getattr(layout, "beams", None) is not None:
+        pieces += ((_padded(layout.data_offset + layout.data_bytes), layout.beams.to_bytes()),)
+    return pieces
 
 
-def _frame_size(layout) -> int:
-    """A FITS frame is padded to whole blocks as FITS requires; an HDF5 one is the object's size."""
+def _frame_size(layout, frame) -> int:
+    """A FITS frame is padded to whole blocks as FITS requires, and holds its metadata pieces (a
+    BEAMS table after the data); an HDF5 one is the object's size."""
     if layout.kind == "hdf5":
         return layout.object_bytes
-    return _padded(layout.data_offset + layout.data_bytes)
+    return max([_padded(layout.data_offset + layout.data_bytes)] + [offset + len(piece) for offset, piece in frame])
 
 
 def _subcube(layout, box, path_stem: str, index: int) -> OutFile:
@@ -95,9 +103,10 @@ def _subcube(layout, box, path_stem: str, index: int) -> OutFile:
         image = subcube_image(layout, box, source_label=layout.source)
         return OutFile(f"{path_stem}_region{index + 1:03d}.h5", tuple(image.pieces), image.data_offset,
                        image.size_bytes, False)
-    header = subcube_header(layout, box).tostring().encode("ascii")
-    return OutFile(f"{path_stem}_region{index + 1:03d}.fits", ((0, header),), len(header),
-                   len(header) + _padded(nbytes), False)
+    header, tail = cutout_parts(layout, box)  # tail: the BEAMS table cut to the box, after the padded data
+    pieces = ((0, header),) + (((len(header) + _padded(nbytes), tail),) if tail else ())
+    return OutFile(f"{path_stem}_region{index + 1:03d}.fits", pieces, len(header),
+                   len(header) + _padded(nbytes) + len(tail), False)
 
 
 def _padded(nbytes: int) -> int:
@@ -113,7 +122,7 @@ def plan_files(kind: str, out_dir: str, name: str, layout: FitsLayout, regions, 
         return [_subcube(layout, box, stem, index) for index, box in enumerate(regions)]
     if frame is None:
         raise ValueError("plan_files: the frame layouts need the source's metadata pieces")
-    size_bytes = _frame_size(layout)
+    size_bytes = _frame_size(layout, frame)
     if kind == "frame":
         shared = OutFile(os.path.join(out_dir, base_name), tuple(frame), 0, size_bytes, True)
         return [shared] * len(regions)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from ingest.errors import ConfigError
 from ingest.atomic import atomic_write
+from ingest.sky.sofia_files import read_par_text, split_setting
 
 MAX_REGIONS = 999  # s2p_setup refuses more: its file names carry a 3-digit index
 COMPANION_KEYS = {"weights": "input.weights", "noise": "input.noise", "mask": "input.mask", "gain": "input.gain"}
@@ -54,13 +55,7 @@ class ParTemplate:
     def value(self, key: str) -> str | None:
         """The value SoFiA-2 reads for `key`, or None when the template does not set it."""
         i = self.index.get(key)
-        return None if i is None else _split_setting(self.lines[i].strip(_WS))[1]
-
-
-def _split_setting(stripped: str) -> tuple[str, str]:
-    key, _, rest = stripped.partition("=")
-    # strtok(NULL, "#") skips '#' right after the '=' and stops at the next one.
-    return key.strip(_WS), rest.lstrip("#").split("#", 1)[0].strip(_WS)
+        return None if i is None else split_setting(self.lines[i].strip(_WS))[1]
 
 
 def _refuse(where: str, number: int, why: str) -> ConfigError:
@@ -71,19 +66,7 @@ def read_template(path) -> ParTemplate:
     """Read and check a SoFiA-2 parameter file (see the module docstring); ConfigError if it is
     not one or lacks `input.data`."""
     path = os.fspath(path)
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(_MAX_TEMPLATE_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"SoFiA-2 template {path}: cannot read it ({exc.strerror or exc})") from None
-    if raw.startswith(b"SIMPLE  ="):
-        raise ConfigError(f"SoFiA-2 template {path}: is a FITS file, not a parameter file")
-    if len(raw) > _MAX_TEMPLATE_BYTES or b"\0" in raw:
-        raise ConfigError(f"SoFiA-2 template {path}: binary or over {_MAX_TEMPLATE_BYTES} bytes; not a parameter file")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"SoFiA-2 template {path}: not UTF-8 text (byte {exc.start}); not a parameter file") from None
+    text = read_par_text(path, "SoFiA-2 template", _MAX_TEMPLATE_BYTES)
     parts = text.split("\n")  # fgets splits at '\n' only, unlike str.splitlines
     lines = tuple(p + "\n" for p in parts[:-1]) + ((parts[-1],) if parts[-1] else ())
     index: dict[str, int] = {}
@@ -103,7 +86,7 @@ def read_template(path) -> ParTemplate:
             raise _refuse(path, number, "indented setting; SoFiA-X's parser reads it as part of the previous value")
         if "=" not in stripped:
             raise _refuse(path, number, f"{stripped[:40]!r} is not 'key = value'")
-        key = _split_setting(stripped)[0]
+        key = split_setting(stripped)[0]
         if not _KEY.match(key):
             raise _refuse(path, number, f"invalid key {key!r} (letters, digits, '.', '_')")
         # SoFiA-2 would keep the last one; SoFiA-X stops on the duplicate.

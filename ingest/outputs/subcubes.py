@@ -1,4 +1,5 @@
-"""Per-rank FITS outputs for the pipeline: each rank's subcube as a standalone, valid FITS file.
+"""FITS cut-outs other tools trust: each rank's subcube (`write_subcube`, run --output-dir) and a
+named cut-out (`write_cutout`, one writer for both) as a standalone, valid FITS file.
 
 File naming (`output_name`)
     rank{RANK:04d}_x{X0}-{X1}_y{Y0}-{Y1}_z{Z0}-{Z1}[_s{S0}-{S1}].fits
@@ -11,6 +12,11 @@ Values: the RAW stored values are copied with the original BITPIX, BSCALE, BZERO
 so astropy returns exactly the physical values it would return for the same box of the
 original — no rescaling, no float round trip.
 
+World coordinates: every CRPIXn (alternates and IRAF LTVn too) moves by the box start, so every
+pixel of the cut-out has the world coordinates it had in the cube; the other cards are kept. A
+cube with a per-channel beam (CASAMBM = T) gets its BEAMS table cut to the box's channels and
+polarisations, after the data (`cutout_parts`); the header says CASAMBM = T only then.
+
 Atomicity: a file is written under a hidden temporary name in the same directory, fsynced,
 then renamed, so a file with the final name is always complete; a crash leaves at most a
 `.rank....fits.tmp-PID` file, which `check_output_dir` clears on the next run of that grid.
@@ -20,12 +26,13 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Mapping
 
 import numpy as np
 from astropy.io import fits
 
 from ingest.atomic import atomic_write
-from ingest.errors import FitsFormatError, IngestError, RegionError
+from ingest.errors import ConfigError, FitsFormatError, IngestError, RegionError
 from ingest.formats.fits import BLOCK_BYTES, FitsLayout
 from ingest.redact import redact_url
 
@@ -39,6 +46,9 @@ _WCS_KEY = re.compile(r"^(CTYPE|CRVAL|CDELT|CUNIT|CD\d+_\d+|PC\d+_\d+)\d*[A-Z]?$
 _STALE_KEYS = ("CHECKSUM", "DATASUM")
 # Keywords that only make sense in an extension.
 _EXTENSION_ONLY = ("XTENSION", "PCOUNT", "GCOUNT", "INHERIT")
+# Cards a cut-out's writer owns: they describe its bytes, its extensions or its values' scaling.
+_WRITER_KEYS = ("SIMPLE", "XTENSION", "BITPIX", "NAXIS", "EXTEND", "PCOUNT", "GCOUNT", "BSCALE", "BZERO", "BLANK",
+                "CASAMBM", "CHECKSUM", "DATASUM", "END")
 
 
 def _check_box(box, shape: tuple[int, ...], what: str) -> tuple[tuple[int, int], ...]:
@@ -110,7 +120,7 @@ def as_primary(header: fits.Header, ndim: int) -> fits.Header:
     return header
 
 
-def subcube_header(layout: FitsLayout, box) -> fits.Header:
+def subcube_header(layout: FitsLayout, box, *, object_name: str | None = None, extra_cards=None) -> fits.Header:
     """Primary header for `box` (numpy-order pairs) of the HDU `layout` describes.
 
     NAXISn become the box's extents and every CRPIXn (alternate WCS CRPIXna and IRAF LTVn
@@ -118,7 +128,9 @@ def subcube_header(layout: FitsLayout, box) -> fits.Header:
     of the output has the world coordinates of the box's first pixel. BITPIX, BSCALE, BZERO,
     BLANK are kept. An IMAGE extension becomes a primary HDU: XTENSION -> SIMPLE = T and
     PCOUNT, GCOUNT and INHERIT are dropped (keywords the extension inherited from its primary
-    header are not in `layout.header_text` and so are not carried).
+    header are not in `layout.header_text` and so are not carried). CASAMBM = T exactly when the
+    cube has a BEAMS table (the writers put it, cut to the box, after the data). `object_name`
+    sets OBJECT; `extra_cards` adds cards (see `_card_list`).
     """
     what = f"{_source_label(layout)} HDU {layout.hdu}"
     if not layout.header_text:
@@ -133,21 +145,73 @@ def subcube_header(layout: FitsLayout, box) -> fits.Header:
         header[f"NAXIS{n}"] = stop - start
         if start == 0:
             continue
-        shifted = False
+        primary_present = f"CRPIX{n}" in header
         for key in list(header.keys()):
-            if re.fullmatch(rf"CRPIX{n}[A-Z]?", key):
+            if re.fullmatch(rf"CRPIX{n}[A-Z]?", key):  # the primary WCS and every alternate one
                 header[key] = float(header[key]) - start
-                shifted = True
             elif key == f"LTV{n}":  # IRAF: logical = physical * LTM + LTV
                 header[key] = float(header[key]) - start
-        if not shifted and has_wcs:
+        if not primary_present and has_wcs:
             # The WCS default is CRPIXn = 0; an explicit card keeps the box's WCS right.
             header.set(f"CRPIX{n}", 0.0 - start, "reference pixel, shifted to this box")
+    _mark_beams(header, layout, ndim)
+    _add_cards(header, object_name, extra_cards)
 
     box_text = " ".join(f"{letter}={a}:{b}" for letter, (a, b) in zip(_AXIS_LETTERS, reversed(pairs)))
     header.add_history(f"ingest: subcube {box_text} (0-based, half-open, FITS axis order) "
                        f"of {what}; CRPIXn shifted by the box start")
     return header
+
+
+def _mark_beams(header: fits.Header, layout: FitsLayout, ndim: int) -> None:
+    """CASAMBM = T (and EXTEND = T) exactly when the writer puts a BEAMS table after the data, i.e.
+    when the cube has one: a header must never promise a table the file lacks."""
+    if getattr(layout, "beams", None) is None:
+        header.remove("CASAMBM", ignore_missing=True, remove_all=True)
+        return
+    if "EXTEND" not in header:
+        header.insert(f"NAXIS{ndim}", ("EXTEND", True, "FITS dataset may contain extensions"), after=True)
+    else:
+        header["EXTEND"] = True
+    header["CASAMBM"] = (True, "a beam per channel: see the BEAMS extension")
+
+
+def _card_list(extra_cards) -> list[tuple]:
+    """`extra_cards` (a Header, a mapping KEY -> value or (value, comment), or (KEY, value[, comment])
+    tuples) as (KEY, value, comment) triples; a card the writer owns is a ConfigError naming it."""
+    if extra_cards is None:
+        return []
+    if isinstance(extra_cards, fits.Header):
+        items = [(card.keyword, card.value, card.comment) for card in extra_cards.cards]
+    elif isinstance(extra_cards, Mapping):
+        items = [(key, *(value if isinstance(value, tuple) else (value,))) for key, value in extra_cards.items()]
+    else:
+        items = [tuple(card) for card in extra_cards]
+    cards = []
+    for item in items:
+        if not 2 <= len(item) <= 3 or not isinstance(item[0], str):
+            raise ConfigError(f"extra_cards: {item!r} is not (KEY, value) or (KEY, value, comment)")
+        key = item[0].strip().upper()
+        if key in _WRITER_KEYS or re.fullmatch(r"(NAXIS|CRPIX|LTV)\d+[A-Z]?", key):
+            raise ConfigError(f"extra_cards: {key} describes the cut-out's bytes or pixel grid and is set by "
+                              f"the writer; it cannot be given")
+        cards.append((key, item[1], item[2] if len(item) == 3 else None))
+    return cards
+
+
+def _add_cards(header: fits.Header, object_name, extra_cards) -> None:
+    """OBJECT = `object_name` (as SoFiA-2's cubelets name their source), then the extra cards
+    (COMMENT and HISTORY are appended, other keys set)."""
+    try:
+        if object_name is not None:
+            header["OBJECT"] = (str(object_name), "source name")
+        for key, value, comment in _card_list(extra_cards):
+            if key in ("COMMENT", "HISTORY"):
+                header.add_comment(value) if key == "COMMENT" else header.add_history(value)
+            else:
+                header[key] = (value, comment) if comment else value
+    except (ValueError, TypeError) as exc:  # astropy refuses non-ASCII text and odd values
+        raise ConfigError(f"extra_cards / object_name: cannot be written as FITS cards: {exc}") from None
 
 
 def _tmp_path(final_path: str) -> str:
@@ -156,41 +220,62 @@ def _tmp_path(final_path: str) -> str:
 
 
 def write_subcube(out_dir, rank: int, box, raw: np.ndarray, layout: FitsLayout) -> str:
-    """Write `raw` (RAW stored values, layout.raw_dtype, shape = box extents) as a FITS file named
-    by `output_name` in `out_dir`, atomically (temp name, fsync, rename); returns the final path.
-    An HDF5 source's region is written as HDF5 (ingest.outputs.h5files)."""
-    if layout.kind == "hdf5":
-        from ingest.outputs.h5files import write_h5_subcube
-
-        pairs = _check_box(box, layout.shape, f"rank {rank} output")
-        final_path = os.path.join(os.fspath(out_dir), output_name(rank, pairs, ".h5"))
-        write_h5_subcube(final_path, layout, pairs, np.asarray(raw), source_label=_source_label(layout))
-        return final_path
-    header = subcube_header(layout, box)  # also checks the box against the cube
+    """Write `raw` (RAW stored values, layout.raw_dtype, shape = box extents) as a file named by
+    `output_name` in `out_dir` with `write_cutout`; returns the final path. An HDF5 source's region
+    is written as HDF5 (ingest.outputs.h5files)."""
     pairs = _check_box(box, layout.shape, f"rank {rank} output")
+    final_path = os.path.join(os.fspath(out_dir), output_name(rank, pairs, output_ext(layout)))
+    write_cutout(final_path, pairs, raw, layout)
+    return final_path
+
+
+def cutout_parts(layout: FitsLayout, box, *, object_name: str | None = None, extra_cards=None) -> tuple[bytes, bytes]:
+    """(head, tail) of `box`'s FITS cut-out: the header (whole blocks, END included) that goes before
+    the data, and what follows the padded data (the BEAMS table cut to the box's channels and
+    polarisations, or nothing when the cube has none)."""
+    header = subcube_header(layout, box, object_name=object_name, extra_cards=extra_cards)
+    beams = layout.box_beams(_check_box(box, layout.shape, f"{_source_label(layout)} HDU {layout.hdu}"))
+    return header.tostring().encode("ascii"), (beams.to_bytes() if beams is not None else b"")
+
+
+def write_cutout(path, box, raw: np.ndarray, layout: FitsLayout, *, object_name: str | None = None,
+                 extra_cards=None) -> int:
+    """Write `box` (numpy-order pairs) of the cube, `raw` (its RAW stored values, layout.raw_dtype,
+    shape = box extents), as one FITS file at `path`: header (CRPIXn shifted, OBJECT =
+    `object_name` when given, `extra_cards` added), data, then the BEAMS table cut to the box when
+    the cube has one. Atomic: a temporary name beside `path`, fsync, rename; an exception leaves
+    nothing at `path` (an old file there stays whole). Returns the bytes written. An HDF5 source's
+    box is written as HDF5, OBJECT and the extra cards as attributes."""
+    path = os.fspath(path)
+    pairs = _check_box(box, layout.shape, path)
     extents = tuple(b - a for a, b in pairs)
     raw = np.asarray(raw)
     if raw.shape != extents:
-        raise IngestError(f"rank {rank} output: data shape {raw.shape} does not match box extents {extents}")
+        raise IngestError(f"{path}: data shape {raw.shape} does not match box extents {extents}")
+    if layout.kind == "hdf5":
+        from ingest.outputs.h5files import write_h5_subcube
+
+        extra = {key: value for key, value, _ in _card_list(extra_cards)}
+        extra.update({} if object_name is None else {"OBJECT": str(object_name)})
+        write_h5_subcube(path, layout, pairs, raw, source_label=_source_label(layout), extra_attrs=extra)
+        return os.path.getsize(path)
     want = layout.raw_dtype
     if raw.dtype.kind != want.kind or raw.dtype.itemsize != want.itemsize:
-        raise IngestError(f"rank {rank} output: data dtype {raw.dtype} is not the stored dtype {want} "
+        raise IngestError(f"{path}: data dtype {raw.dtype} is not the stored dtype {want} "
                           f"(BITPIX {layout.bitpix}); pass raw values, not scaled ones")
+    head, tail = cutout_parts(layout, pairs, object_name=object_name, extra_cards=extra_cards)
     data = np.ascontiguousarray(raw, dtype=want)  # big-endian, C order: the FITS byte stream
-
-    out_dir = os.fspath(out_dir)
-    final_path = os.path.join(out_dir, output_name(rank, pairs))
-    tmp = _tmp_path(final_path)
-    head = header.tostring().encode("ascii")  # whole blocks, END included
+    padding = b"\0" * (-data.nbytes % BLOCK_BYTES)  # data padding is zeros (FITS 3.3.2)
     # The temp name holds our pid: a file already there is a dead process's leftover (pid
     # reuse) and safe to overwrite.
-    with atomic_write(final_path, tmp) as fh:
+    with atomic_write(path, _tmp_path(path)) as fh:
         fh.write(head)
         flat = data.reshape(-1).view(np.uint8)  # a view: a 30 GiB subcube is not copied
         for start in range(0, flat.size, _WRITE_BYTES):
             fh.write(flat[start : start + _WRITE_BYTES])
-        fh.write(b"\0" * (-data.nbytes % BLOCK_BYTES))  # data padding is zeros (FITS 3.3.2)
-    return final_path
+        fh.write(padding)
+        fh.write(tail)
+    return len(head) + data.nbytes + len(padding) + len(tail)
 
 
 def _is_output(name: str) -> bool:

@@ -4,6 +4,10 @@
 raw stored value of any voxel from its flat (C-order, numpy axis order) index. `write_cube`
 streams those values to a valid FITS file in bounded batches, so a 10+ GB cube can be made
 on a machine with less memory than that, and writes it atomically.
+
+`beams=True` makes a cube like CASA's and ASKAP's whose beam varies per channel: CASAMBM = T in
+its header and a BEAMS binary table after the padded data, whose rows are `beam_rows` (known
+values, the oracle for cut-out tests). The data bytes and their offsets do not change.
 """
 from __future__ import annotations
 
@@ -124,9 +128,65 @@ def _wcs_axes(naxis: int, stokes: bool) -> list[tuple]:
     return (_CELESTIAL + [_FREQ])[:naxis]
 
 
+def beam_axes(shape, stokes: bool = False) -> tuple[int, int]:
+    """(NCHAN, NPOL) of the BEAMS table of a cube of numpy-order `shape`: the FREQ axis's length
+    and the STOKES axis's (1 without one). A ConfigError for a 2-D image (no spectral axis)."""
+    naxes = list(reversed(check_shape(shape)))
+    ctypes = [axis[0] for axis in _wcs_axes(len(naxes), stokes)]
+    if "FREQ" not in ctypes:
+        raise ConfigError(f"beams: a per-channel beam table needs a spectral axis; shape {tuple(shape)} "
+                          f"is a 2-D image (RA, Dec)")
+    npol = naxes[ctypes.index("STOKES")] if "STOKES" in ctypes else 1
+    return naxes[ctypes.index("FREQ")], npol
+
+
+def beam_rows(nchan: int, npol: int) -> np.ndarray:
+    """The BEAMS table's rows (the oracle): polarisation by polarisation, channel by channel;
+    BMAJ = 10 + 0.001 chan + 0.5 pol arcsec, BMIN = 8 + 0.0005 chan arcsec, BPA = -40 + 0.01 chan
+    + 3 pol deg, stored as float32 like CASA's, CHAN and POL as int32."""
+    pol, chan = np.divmod(np.arange(nchan * npol, dtype=np.int64), nchan)
+    rows = np.empty(nchan * npol, dtype=[("BMAJ", "f4"), ("BMIN", "f4"), ("BPA", "f4"), ("CHAN", "i4"), ("POL", "i4")])
+    rows["BMAJ"] = 10 + 0.001 * chan + 0.5 * pol
+    rows["BMIN"] = 8 + 0.0005 * chan
+    rows["BPA"] = -40 + 0.01 * chan + 3 * pol
+    rows["CHAN"], rows["POL"] = chan, pol
+    return rows
+
+
+def beams_hdu(nchan: int, npol: int) -> fits.BinTableHDU:
+    """The BEAMS extension as CASA's exportfits writes it: columns BMAJ, BMIN (arcsec), BPA (deg),
+    CHAN, POL; NCHAN and NPOL in its header."""
+    rows = beam_rows(nchan, npol)
+    units = {"BMAJ": "arcsec", "BMIN": "arcsec", "BPA": "deg"}
+    columns = [fits.Column(name=name, format="1E" if name in units else "1J", unit=units.get(name), array=rows[name])
+               for name in rows.dtype.names]
+    hdu = fits.BinTableHDU.from_columns(columns, name="BEAMS")
+    hdu.header["EXTVER"] = (1, "extension version")
+    hdu.header["NCHAN"] = (nchan, "number of channels")
+    hdu.header["NPOL"] = (npol, "number of polarizations")
+    return hdu
+
+
+def _beams_bytes(nchan: int, npol: int) -> bytes:
+    """The BEAMS extension's bytes as they follow the padded data: header then table, whole blocks."""
+    rows = beam_rows(nchan, npol)
+    data = rows.astype(rows.dtype.newbyteorder(">")).tobytes()  # FITS tables are big-endian, rows packed
+    return beams_hdu(nchan, npol).header.tostring().encode("ascii") + data + b"\0" * _padding(len(data))
+
+
+def _check_restfrq(restfrq_hz) -> None:
+    if restfrq_hz is not None and not (isinstance(restfrq_hz, (int, float, np.number))
+                                       and not isinstance(restfrq_hz, bool)
+                                       and math.isfinite(restfrq_hz) and restfrq_hz > 0):
+        raise ConfigError(f"restfrq_hz: {restfrq_hz!r} is not a positive, finite frequency (Hz)")
+
+
 def build_header(shape, bitpix: int = -32, *, extension: bool = False, bscale=None, bzero=None,
-                 blank=None, header_blocks: int = 1, stokes: bool = False) -> fits.Header:
-    """Header of the HDU that holds a cube of numpy-order `shape`, padded to >= header_blocks blocks."""
+                 blank=None, header_blocks: int = 1, stokes: bool = False, restfrq_hz=None,
+                 beams: bool = False) -> fits.Header:
+    """Header of the HDU that holds a cube of numpy-order `shape`, padded to >= header_blocks blocks.
+    restfrq_hz: writes RESTFRQ (Hz); beams: writes CASAMBM = T (a BEAMS table follows the data)."""
+    _check_restfrq(restfrq_hz)
     naxes = list(reversed(shape))  # FITS order: NAXIS1 is the fastest (last numpy) axis
     h = fits.Header()
     if extension:
@@ -155,6 +215,13 @@ def build_header(shape, bitpix: int = -32, *, extension: bool = False, bscale=No
         h["RADESYS"] = "ICRS"
     if len(naxes) != 2:
         h["SPECSYS"] = "BARYCENT"
+    if restfrq_hz is not None:
+        h["RESTFRQ"] = (float(restfrq_hz), "[Hz] rest frequency of the line")
+    if beams:
+        beam_axes(shape, stokes)  # refuses a cube without a spectral axis
+        if not extension:
+            h.insert(f"NAXIS{len(naxes)}", ("EXTEND", True, "a BEAMS extension follows"), after=True)
+        h["CASAMBM"] = (True, "a beam per channel: see the BEAMS extension")
     h["ORIGIN"] = "ingest.synth"
     h["SYNTHVER"] = (1, "raw values: ingest.testbed.synth.voxel_values")
     # Pad so the header spans header_blocks blocks: exercises readers that assume one block.
@@ -181,7 +248,7 @@ def _padding(nbytes: int) -> int:
 
 def write_cube(path, shape, bitpix: int = -32, *, bscale=None, bzero=None, blank=None,
                extension: bool = False, header_blocks: int = 1, stokes: bool = False,
-               batch_bytes: int = DEFAULT_BATCH_BYTES) -> dict:
+               restfrq_hz=None, beams: bool = False, batch_bytes: int = DEFAULT_BATCH_BYTES) -> dict:
     """Stream a synthetic cube (numpy-order shape, 1-4 axes) to a FITS file atomically; returns its layout.
 
     extension=False: the cube is the primary HDU; True: an empty primary then an IMAGE
@@ -201,7 +268,9 @@ def write_cube(path, shape, bitpix: int = -32, *, bscale=None, bzero=None, blank
         raise ConfigError(f"batch_bytes: {batch_bytes!r} must be an integer >= 8 (bytes)")
 
     header = build_header(dims, bitpix, extension=extension, bscale=bscale, bzero=bzero,
-                          blank=blank, header_blocks=header_blocks, stokes=stokes)
+                          blank=blank, header_blocks=header_blocks, stokes=stokes, restfrq_hz=restfrq_hz,
+                          beams=beams)
+    tail = _beams_bytes(*beam_axes(dims, stokes)) if beams else b""
     head = (_primary_stub().tostring().encode("ascii") if extension else b"")
     head += header.tostring().encode("ascii")  # tostring() pads to whole blocks and adds END
     n_voxels = math.prod(dims)
@@ -223,9 +292,13 @@ def write_cube(path, shape, bitpix: int = -32, *, bscale=None, bzero=None, blank
             f.write(values.data)
             del values  # else the last batch is still alive while the next one is made
         f.write(b"\0" * _padding(data_bytes))
-    file_bytes = len(head) + data_bytes + _padding(data_bytes)
-    return {"path": path, "shape": dims, "bitpix": bitpix, "data_offset": len(head),
+        f.write(tail)
+    file_bytes = len(head) + data_bytes + _padding(data_bytes) + len(tail)
+    info = {"path": path, "shape": dims, "bitpix": bitpix, "data_offset": len(head),
             "data_bytes": data_bytes, "file_bytes": file_bytes}
+    if beams:  # where the BEAMS table starts: just after the padded data
+        info.update(beams_offset=file_bytes - len(tail), beams_bytes=len(tail))
+    return info
 
 
 def parse_fits_shape(text: str) -> tuple[int, ...]:

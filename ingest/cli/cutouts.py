@@ -1,0 +1,28 @@
+"""`python -m ingest cutouts`: every source of a catalogue cut out of one cube (ingest.driver.cutouts)."""
+from __future__ import annotations
+
+from ingest.config import add_run_arguments, config_from_args
+from ingest.driver.cutouts import cutouts
+from ingest.driver.mpi import root_step, run_or_abort, world
+
+
+def _cli(args) -> int:
+    def command(comm, parsed):
+        cutouts(comm, root_step(comm, config_from_args, parsed))
+        return 0
+
+    return run_or_abort(world(), command, args)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "cutouts", help="cut every source of a catalogue out of the cube (SoFiA-2's cubelets, sky cut-outs)",
+        description="Cut one FITS file per catalogue source out of --source, under mpiexec, srun or alone. "
+                    "Sources come from --catalogue (SoFiA-2's ASCII or VOTable catalogue, or any table astropy "
+                    "reads); each is boxed by --size (a sky radius and spectral half width, or SoFiA-2's bounding "
+                    "box plus a margin). Ranks split the sources by where they lie in the object, read each batch's "
+                    "bytes once, and write each cut-out whole or not at all; manifest.json records every source "
+                    "(file, box, bytes, CRC-32, or why it was skipped) and a re-run keeps the files whose CRC "
+                    "still checks.")
+    add_run_arguments(p, "cutouts")
+    p.set_defaults(func=_cli)

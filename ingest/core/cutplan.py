@@ -1,0 +1,236 @@
+"""Many boxes of one contiguous cube (pure): shared requests, bytes read once, ranks by bytes.
+
+A catalogue's cut-outs are thousands of small boxes. Read one by one, each box is its own set of
+requests and the bytes that neighbouring or overlapping boxes have in common are fetched again
+for every box. Here the boxes of one batch become ONE set of requests:
+1. every box's runs (`core.lattice`: contiguous stretches of the object) are listed;
+2. their union is merged into spans wherever the gap between two runs is at most
+   `max_gap_bytes` (reading the gap costs less than another request), overlaps counted once;
+3. spans are laid end to end in one buffer and cut into requests of at most `chunk_bytes`;
+4. each box is gathered from the buffer by one vectorised index.
+So where the boxes cover most of the cube, the gaps close and the plan reads the object in long
+spans; where they are sparse, it reads only their runs. Byte ranges are half-open everywhere.
+
+Sources are split over ranks in object order (the byte offset of each box's first voxel) in
+contiguous stretches balanced by bytes, so neighbours, which share spans, stay on one rank.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ingest.core.layout import Layout
+from ingest.core.lattice import Lattice, lattice_for
+from ingest.core.selection import Selection
+from ingest.errors import RegionError
+
+Box = tuple[tuple[int, int], ...]
+
+
+def box_selection(box: Box, shape: tuple[int, ...]) -> Selection:
+    """The step-1 Selection of a half-open numpy-order box, checked against the cube."""
+    if len(box) != len(shape):
+        raise RegionError(f"box {box} has {len(box)} axes, the cube {len(shape)} (shape {shape})")
+    for (a, b), n in zip(box, shape):
+        if not 0 <= a < b <= n:
+            raise RegionError(f"box {box} is empty or outside the cube (shape {shape}, numpy order)")
+    return Selection(tuple(a for a, _ in box), tuple(b - a for a, b in box), (1,) * len(box), (False,) * len(box))
+
+
+def run_offsets(lat: Lattice) -> np.ndarray:
+    """Object offsets of a lattice's runs, in C order of its outer axes (int64)."""
+    offsets = np.array([lat.base], dtype=np.int64)
+    for count, stride in zip(lat.counts, lat.strides):
+        offsets = (offsets[:, None] + np.arange(count, dtype=np.int64) * stride).reshape(-1)
+    return offsets
+
+
+def box_bytes(box: Box, itemsize: int) -> int:
+    """Bytes of one box."""
+    return itemsize * math.prod(b - a for a, b in box)
+
+
+def first_byte(layout: Layout, box: Box) -> int:
+    """Object offset of a box's first voxel: the order sources are split and batched in."""
+    return layout.data_offset + sum(a * s for (a, _), s in zip(box, layout.strides_bytes))
+
+
+@dataclass(frozen=True)
+class SpanPlan:
+    """The requests that read a batch of boxes: merged spans laid end to end in one buffer."""
+
+    span_starts: np.ndarray  # object offsets of the merged spans, ascending
+    span_stops: np.ndarray
+    request_starts: np.ndarray  # the spans cut into requests of at most chunk_bytes
+    request_stops: np.ndarray
+    needed_bytes: int  # bytes of the union of the boxes' runs
+    max_gap_bytes: int
+    chunk_bytes: int
+
+    @property
+    def buffer_bytes(self) -> int:
+        """Bytes the buffer holds: every span once (= the bytes on the wire)."""
+        return int((self.span_stops - self.span_starts).sum())
+
+    @property
+    def wire_bytes(self) -> int:
+        return self.buffer_bytes
+
+    @property
+    def n_requests(self) -> int:
+        return len(self.request_starts)
+
+    @property
+    def buffer_positions(self) -> np.ndarray:
+        """Where each span starts in the buffer."""
+        sizes = self.span_stops - self.span_starts
+        return np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+
+    def request_buffer_offsets(self) -> np.ndarray:
+        """Where each request's bytes go in the buffer."""
+        span_of = np.searchsorted(self.span_starts, self.request_starts, side="right") - 1
+        return self.buffer_positions[span_of] + (self.request_starts - self.span_starts[span_of])
+
+    def describe(self) -> dict:
+        """Summary for the report: what was read and why."""
+        return {"requests": self.n_requests, "spans": len(self.span_starts), "bytes_needed": self.needed_bytes,
+                "bytes_wire": self.wire_bytes, "max_gap_bytes": self.max_gap_bytes, "chunk_bytes": self.chunk_bytes,
+                "read_amplification": round(self.wire_bytes / self.needed_bytes, 4) if self.needed_bytes else 1.0}
+
+
+def _union(starts: np.ndarray, stops: np.ndarray, max_gap_bytes: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Merge [start, stop) runs whose gap is at most max_gap_bytes: (span starts, stops, union bytes)."""
+    order = np.argsort(starts, kind="stable")
+    starts, stops = starts[order], stops[order]
+    reach = np.maximum.accumulate(stops)  # the furthest byte covered so far
+    # A run begins a new span where it starts past everything before it by more than the gap.
+    new = np.empty(len(starts), dtype=bool)
+    new[0] = True
+    new[1:] = starts[1:] > reach[:-1] + max_gap_bytes
+    first = np.flatnonzero(new)
+    last = np.concatenate((first[1:] - 1, [len(starts) - 1]))
+    span_starts, span_stops = starts[first], reach[last]
+    # Bytes of the exact union (gap 0), for the report's amplification.
+    exact_new = np.empty(len(starts), dtype=bool)
+    exact_new[0] = True
+    exact_new[1:] = starts[1:] > reach[:-1]
+    e_first = np.flatnonzero(exact_new)
+    e_last = np.concatenate((e_first[1:] - 1, [len(starts) - 1]))
+    union_bytes = int((reach[e_last] - starts[e_first]).sum())
+    return span_starts, span_stops, union_bytes
+
+
+def _cut(span_starts: np.ndarray, span_stops: np.ndarray, chunk_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each span cut into requests of at most chunk_bytes (equal pieces but the last)."""
+    sizes = span_stops - span_starts
+    pieces = -(-sizes // chunk_bytes)
+    owner = np.repeat(np.arange(len(sizes)), pieces)
+    k = np.arange(len(owner)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    starts = span_starts[owner] + k * chunk_bytes
+    stops = np.minimum(starts + chunk_bytes, span_stops[owner])
+    return starts, stops
+
+
+def plan_spans(layout: Layout, boxes, *, max_gap_bytes: int, chunk_bytes: int) -> SpanPlan:
+    """The requests that read every box of `boxes` once (see the module docstring)."""
+    if not boxes:
+        raise RegionError("plan_spans: no boxes to read")
+    if max_gap_bytes < 0 or chunk_bytes < 1:
+        raise RegionError(f"plan_spans: max_gap_bytes {max_gap_bytes} must be >= 0 and chunk_bytes "
+                          f"{chunk_bytes} >= 1")
+    starts, stops = [], []
+    for box in boxes:
+        lat = lattice_for(layout, box_selection(box, layout.shape))
+        offsets = run_offsets(lat)
+        starts.append(offsets)
+        stops.append(offsets + lat.run_bytes)
+    span_starts, span_stops, union_bytes = _union(np.concatenate(starts), np.concatenate(stops), max_gap_bytes)
+    req_starts, req_stops = _cut(span_starts, span_stops, chunk_bytes)
+    return SpanPlan(span_starts, span_stops, req_starts, req_stops, union_bytes, max_gap_bytes, chunk_bytes)
+
+
+def gather_box(plan: SpanPlan, buffer: np.ndarray, layout: Layout, box: Box) -> np.ndarray:
+    """A box's raw stored bytes from the filled buffer, as a C-order array of layout.raw_dtype."""
+    lat = lattice_for(layout, box_selection(box, layout.shape))
+    offsets = run_offsets(lat)
+    span_of = np.searchsorted(plan.span_starts, offsets, side="right") - 1
+    if np.any(span_of < 0) or np.any(offsets + lat.run_bytes > plan.span_stops[span_of]):
+        raise RegionError(f"box {box}: some of its bytes are not in this plan's spans")
+    at = plan.buffer_positions[span_of] + (offsets - plan.span_starts[span_of])
+    if len(at) == 1 or np.all(np.diff(at) == lat.run_bytes):  # one stretch of the buffer
+        flat = buffer[at[0]: at[0] + len(at) * lat.run_bytes]
+    else:
+        flat = buffer[(at[:, None] + np.arange(lat.run_bytes, dtype=np.int64)).reshape(-1)]
+    shape = tuple(b - a for a, b in box)
+    return flat.view(layout.raw_dtype).reshape(shape)
+
+
+def split_by_bytes(weights_bytes, n_ranks: int) -> list[tuple[int, int]]:
+    """Contiguous [lo, hi) stretches of items (already in object order), one per rank, each near
+    total/n_ranks bytes: a stretch ends where the running total first reaches its share."""
+    weights = np.asarray(weights_bytes, dtype=np.float64)
+    n = len(weights)
+    if n_ranks < 1:
+        raise RegionError(f"split_by_bytes: {n_ranks} ranks")
+    if n == 0:
+        return [(0, 0)] * n_ranks
+    cum = np.cumsum(weights)
+    total = cum[-1]
+    bounds = [0]
+    for r in range(1, n_ranks):
+        # Items whose running total's midpoint falls below r/n of the whole go to the earlier ranks.
+        mid = cum - weights / 2
+        cut = int(np.searchsorted(mid, total * r / n_ranks, side="left"))
+        bounds.append(max(bounds[-1], min(cut, n)))
+    bounds.append(n)
+    return [(bounds[r], bounds[r + 1]) for r in range(n_ranks)]
+
+
+def split_axis(boxes, shape: tuple[int, ...]) -> int:
+    """The numpy axis to split the sources over ranks along: of the axes outside the innermost
+    one (a rank's share of the innermost axis is no contiguous stretch of the object) that the
+    cube has more than one pixel of, the one the boxes reach least far along, relative to its
+    length. A rank then reads its stretch of that axis plus about one box's reach past each end,
+    so the bytes two ranks both read are smallest."""
+    candidates = [a for a in range(len(shape) - 1) if shape[a] > 1] or [0]
+    extent = np.array([[b - a for a, b in box] for box in boxes], dtype=np.float64)
+    reach = {a: float(extent[:, a].mean()) / shape[a] for a in candidates}
+    return min(candidates, key=lambda a: (reach[a], -a))
+
+
+def source_order(layout: Layout, boxes, axis: int) -> list[int]:
+    """Indices of `boxes` by their start along `axis`, then by first byte in the object."""
+    keys = [(box[axis][0], first_byte(layout, box)) for box in boxes]
+    return sorted(range(len(boxes)), key=keys.__getitem__)
+
+
+def batches(layout: Layout, boxes, order, batch_bytes: int, *, max_gap_bytes: int, chunk_bytes: int) -> list[list[int]]:
+    """`order` (indices into boxes) cut into consecutive batches whose span plans read at most
+    batch_bytes (shared bytes counted once): the buffer one batch needs. A batch holds at least one
+    box, so a box larger than batch_bytes is a batch of its own. Each batch is the longest prefix
+    that fits, found by doubling and then bisecting (plans are arithmetic on the boxes' runs)."""
+    order = list(order)
+    out, start = [], 0
+
+    def fits(stop: int) -> bool:
+        plan = plan_spans(layout, [boxes[i] for i in order[start:stop]], max_gap_bytes=max_gap_bytes,
+                          chunk_bytes=chunk_bytes)
+        return plan.wire_bytes <= batch_bytes
+
+    while start < len(order):
+        good, step = start + 1, 1
+        while good + step <= len(order) and fits(good + step):
+            good += step
+            step *= 2
+        bad = min(good + step, len(order) + 1)
+        while bad - good > 1:  # fits(good) holds (or good == start + 1), fits(bad) does not
+            mid = (good + bad) // 2
+            if fits(mid):
+                good = mid
+            else:
+                bad = mid
+        out.append(order[start:good])
+        start = good
+    return out

@@ -1,0 +1,127 @@
+"""What a cut-out job leaves: one file per source, a journal per rank, DIR/manifest.json.
+
+Every cut-out is complete or absent (written under a temporary name, then renamed). As a rank
+finishes a file it appends a line to its journal (`.cutouts-rank{R}.jsonl`, flushed and fsynced),
+so a job killed midway still knows which files are whole. At the end rank 0 merges the journals
+and the skipped sources into `manifest.json` (schema ingest.cutouts/1: the cube's identity, and
+per source its name, row, box, file, bytes, CRC-32 of the file, requests and wire bytes, or the
+reason it was skipped) and removes the journals. A re-run trusts a file only when its CRC-32
+still matches what the manifest or a journal recorded, and cuts the rest.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import zlib
+
+from ingest.atomic import atomic_write, remove_quietly
+from ingest.errors import ConfigError
+from ingest.outputs.manifest import load_json
+
+SCHEMA = "ingest.cutouts/1"
+NAME = "manifest.json"
+_JOURNAL = ".cutouts-rank{rank}.jsonl"
+_READ_BYTES = 8 << 20
+
+
+def file_crc32(path: str) -> int | None:
+    """CRC-32 of a file's bytes, or None when it is missing."""
+    crc = 0
+    try:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(_READ_BYTES):
+                crc = zlib.crc32(chunk, crc)
+    except FileNotFoundError:
+        return None
+    return crc
+
+
+class Journal:
+    """One rank's record of the cut-outs it finished, a JSON line each, durable as it goes."""
+
+    def __init__(self, out_dir: str, rank: int):
+        self.path = os.path.join(out_dir, _JOURNAL.format(rank=rank))
+        self._fh = open(self.path, "a", encoding="utf-8")
+
+    def add(self, entry: dict) -> None:
+        self._fh.write(json.dumps(entry) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def _journal_entries(out_dir: str) -> list[dict]:
+    entries = []
+    for path in sorted(glob.glob(os.path.join(out_dir, _JOURNAL.format(rank="*")))):
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    entries.append(json.loads(line))
+                except ValueError:
+                    continue  # a line cut by a crash: its file is cut again
+    return entries
+
+
+def load(out_dir: str) -> dict | None:
+    """DIR/manifest.json, or None; an unreadable one is an error naming the file."""
+    return load_json(os.path.join(out_dir, NAME), SCHEMA, "cut-out manifest",
+                     "remove it or choose another --output-dir")
+
+
+def finished(out_dir: str, cube: dict) -> dict[str, dict]:
+    """Cut-outs an earlier run of this cube left whole, by file name: entries of the manifest and
+    the journals whose file is still there with the CRC-32 they recorded. A manifest of another
+    cube (size or version changed) is an error: its files would be mixed with this cube's."""
+    manifest = load(out_dir)
+    entries = []
+    if manifest is not None:
+        check_cube(manifest, cube, os.path.join(out_dir, NAME))
+        entries = [e for e in manifest.get("sources", []) if e.get("status") == "done"]
+    entries += _journal_entries(out_dir)
+    kept = {}
+    for entry in entries:
+        path = os.path.join(out_dir, entry["file"])
+        if entry["file"] not in kept and file_crc32(path) == entry["crc32"]:
+            kept[entry["file"]] = entry
+    return kept
+
+
+def check_cube(manifest: dict, cube: dict, where: str) -> None:
+    """Refuse a manifest cut from another version of the cube (size, ETag or mtime changed): its
+    cut-outs would be mixed with this cube's."""
+    old = manifest.get("cube", {})
+    for key in ("object_bytes", "etag", "last_modified"):
+        if old.get(key) != cube.get(key):
+            raise ConfigError(f"{where}: cut from another version of the cube ({key} was {old.get(key)!r}, "
+                              f"now {cube.get(key)!r}); choose another destination or remove the old cut-outs")
+
+
+def write_manifest(out_dir: str, manifest: dict) -> str:
+    """manifest.json, atomically; then the journals it replaces are removed."""
+    path = os.path.join(out_dir, NAME)
+    with atomic_write(path, f"{path}.tmp-{os.getpid()}", "w", encoding="utf-8") as fh:
+        json.dump(manifest, fh, indent=1)
+    for journal in glob.glob(os.path.join(out_dir, _JOURNAL.format(rank="*"))):
+        remove_quietly(journal)
+    return path
+
+
+def summary_text(report: dict) -> str:
+    """The human lines drawn from a cut-out report."""
+    t = report["totals"]
+    lines = [f"cutouts: {t['done']} cut, {t['kept']} kept from an earlier run, {t['skipped']} skipped "
+             f"of {t['sources']} sources in {report['makespan_s']:.3f} s on {len(report['ranks'])} ranks",
+             f"  read: {t['requests']} requests, {t['bytes_wire']} bytes on the wire for {t['bytes_needed']} "
+             f"needed ({t['requests_per_source']:.2f} requests, {t['bytes_wire_per_source']:.0f} bytes per source)",
+             f"  plan: {report['plan']['choice']}"]
+    reasons = {}
+    for entry in report.get("skipped", []):
+        reasons[entry["reason"]] = reasons.get(entry["reason"], 0) + 1
+    for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1])[:5]:
+        lines.append(f"  skipped {count}: {reason}")
+    if report.get("clipped"):
+        lines.append(f"  clipped to the cube: {report['clipped']} cut-outs")
+    return "\n".join(lines)

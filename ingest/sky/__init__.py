@@ -1,0 +1,8 @@
+"""The sky: regions in world coordinates and source catalogues, turned into pixel boxes.
+
+Astronomers ask by where things are on the sky (a centre and radius, an RA/Dec range, a
+polygon, a frequency or velocity range) and by catalogue (SoFiA-2's, or any table astropy
+reads). This package turns both into the numpy-order pixel boxes the pure core plans with,
+using the cube's FITS WCS. astropy lives here, above the core: `ingest.core` never sees a
+world coordinate.
+"""

@@ -1,0 +1,524 @@
+"""Regions in world coordinates: what an astronomer asks for, before any pixel is known.
+
+Spatial regions (`SkyCircle`, `SkyRange`, `SkyPolygon`) carry degrees in one celestial frame
+(ICRS, FK5 J2000 or Galactic); spectral ones carry a band in frequency, wavelength or velocity
+(`SpectralRange`) or 0-based channels (`ChannelRange`). They are frozen dataclasses of plain
+floats and strings, so they pickle and broadcast over MPI unchanged; `ingest.sky.pixels`
+turns them into pixel boxes with a cube's header.
+
+The text forms (`parse_pos`, `parse_band`, `parse_channels`) accept IVOA SODA's syntax and a
+readable one with units. The rule for bare numbers: in SODA's form every value is a bare number
+and means degrees (POS) or vacuum wavelength in metres (BAND); a single unit word after the
+numbers applies to all of them (`CIRCLE icrs 150.12 -30.25 0.04 deg`, what `describe()` writes,
+so a description parses back to the same region). Otherwise every value needs its own unit or
+sexagesimal form (`10h00m28.8s`, `-30d15m00s`, `10:00:28.8` which is hours for an equatorial
+longitude and degrees elsewhere): a bare number beside values with units is refused, because
+"10" next to "10h02m" could mean hours or degrees.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+
+import astropy.units as u
+import numpy as np
+from astropy.coordinates import Angle
+
+from ingest.errors import ConfigError
+
+FRAMES = ("icrs", "fk5", "galactic")  # fk5 means FK5 at equinox J2000
+_FRAME_ALIASES = {"icrs": "icrs", "fk5": "fk5", "j2000": "fk5", "galactic": "galactic", "gal": "galactic"}
+KINDS = ("frequency", "wavelength", "velocity")
+CONVENTIONS = ("radio", "optical", "relativistic")
+_SPEED_OF_LIGHT_M_S = 299_792_458.0
+_COLON_SEXAGESIMAL = re.compile(r"^[+-]?\d+(\.\d*)?:\d+(\.\d*)?(:\d+(\.\d*)?)?$")
+
+
+def normalize_frame(name: str) -> str:
+    """'ICRS' -> 'icrs', 'J2000' -> 'fk5', 'Galactic' -> 'galactic'; anything else is a ConfigError."""
+    key = str(name).strip().lower()
+    if key not in _FRAME_ALIASES:
+        raise ConfigError(f"sky frame {name!r} is not supported: use one of {', '.join(FRAMES)} "
+                          f"(fk5 means FK5 J2000)")
+    return _FRAME_ALIASES[key]
+
+
+def _num(value: float) -> str:
+    """Shortest text that reads back as the same float ('150.12', '150', '-inf')."""
+    text = repr(float(value))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def _check_lat(lat_deg: float, what: str) -> None:
+    if not -90.0 <= lat_deg <= 90.0:
+        raise ConfigError(f"{what}: latitude {lat_deg} deg is outside -90..90")
+
+
+@dataclass(frozen=True)
+class SkyCircle:
+    """Every direction within radius_deg (great-circle distance) of (lon_deg, lat_deg) in frame."""
+
+    lon_deg: float
+    lat_deg: float
+    radius_deg: float
+    frame: str = "icrs"
+
+    def __post_init__(self):
+        object.__setattr__(self, "frame", normalize_frame(self.frame))
+        object.__setattr__(self, "lon_deg", float(self.lon_deg) % 360.0)
+        what = f"circle at ({self.lon_deg}, {self.lat_deg})"
+        _check_lat(float(self.lat_deg), what)
+        object.__setattr__(self, "lat_deg", float(self.lat_deg))
+        radius = float(self.radius_deg)
+        if not 0.0 < radius <= 180.0:
+            raise ConfigError(f"{what}: radius {self.radius_deg} deg must be > 0 and at most 180")
+        object.__setattr__(self, "radius_deg", radius)
+
+    @classmethod
+    def around(cls, center, radius) -> SkyCircle:
+        """From an astropy SkyCoord and an angle (Quantity or Angle). A centre in a frame other
+        than ICRS, FK5 J2000 or Galactic is carried to ICRS (a point converts exactly)."""
+        frame, lon, lat = _skycoord_deg(center)
+        if not isinstance(radius, u.Quantity) or not radius.unit.is_equivalent(u.deg):
+            raise ConfigError(f"circle radius {radius!r}: give an angle with a unit, e.g. 5 * u.arcmin")
+        return cls(lon, lat, float(radius.to_value(u.deg)), frame)
+
+    def describe(self) -> str:
+        return f"CIRCLE {self.frame} {_num(self.lon_deg)} {_num(self.lat_deg)} {_num(self.radius_deg)} deg"
+
+    def as_dict(self) -> dict:
+        return {"shape": "circle", **asdict(self), "text": self.describe()}
+
+
+@dataclass(frozen=True)
+class SkyRange:
+    """lon_min_deg..lon_max_deg by lat_min_deg..lat_max_deg in frame, edges included.
+
+    Longitudes are kept in [0, 360); lon_min > lon_max means the range wraps through 0
+    (350..10). The full circle of longitude is (0, 360)."""
+
+    lon_min_deg: float
+    lon_max_deg: float
+    lat_min_deg: float
+    lat_max_deg: float
+    frame: str = "icrs"
+
+    def __post_init__(self):
+        object.__setattr__(self, "frame", normalize_frame(self.frame))
+        lon_min, lon_max = float(self.lon_min_deg), float(self.lon_max_deg)
+        lat_min, lat_max = float(self.lat_min_deg), float(self.lat_max_deg)
+        what = f"range {lon_min}..{lon_max} by {lat_min}..{lat_max} deg"
+        if math.isnan(lon_min) or math.isnan(lon_max):
+            raise ConfigError(f"{what}: a longitude is not a number")
+        if math.isinf(lon_min) or math.isinf(lon_max) or (lon_min <= lon_max and lon_max - lon_min >= 360.0):
+            lon_min, lon_max = 0.0, 360.0  # an open or full side: every longitude
+        else:
+            lon_min, lon_max = lon_min % 360.0, lon_max % 360.0
+        lat_min = -90.0 if lat_min == -math.inf else lat_min
+        lat_max = 90.0 if lat_max == math.inf else lat_max
+        _check_lat(lat_min, what)
+        _check_lat(lat_max, what)
+        if lat_min > lat_max:
+            raise ConfigError(f"{what}: the latitude range is reversed (give the lower latitude first)")
+        for name, value in (("lon_min_deg", lon_min), ("lon_max_deg", lon_max),
+                            ("lat_min_deg", lat_min), ("lat_max_deg", lat_max)):
+            object.__setattr__(self, name, value)
+
+    @property
+    def full_lon(self) -> bool:
+        """True when every longitude is in the range."""
+        return self.lon_max_deg - self.lon_min_deg >= 360.0
+
+    def describe(self) -> str:
+        values = (self.lon_min_deg, self.lon_max_deg, self.lat_min_deg, self.lat_max_deg)
+        return f"RANGE {self.frame} " + " ".join(_num(v) for v in values) + " deg"
+
+    def as_dict(self) -> dict:
+        return {"shape": "range", **asdict(self), "text": self.describe()}
+
+
+@dataclass(frozen=True)
+class SkyPolygon:
+    """The region inside great-circle edges joining vertices_deg ((lon, lat), ...) in frame.
+
+    Winding is free: the polygon must lie within a hemisphere (every vertex less than 90 deg
+    from the vertices' mean direction), so its inside is the smaller of the two parts of the
+    sky its edges divide; and its edges must not cross one another (a crossed polygon has no
+    single inside: even-odd and winding rules disagree on it)."""
+
+    vertices_deg: tuple[tuple[float, float], ...]
+    frame: str = "icrs"
+
+    def __post_init__(self):
+        object.__setattr__(self, "frame", normalize_frame(self.frame))
+        vertices = tuple((float(lon) % 360.0, float(lat)) for lon, lat in self.vertices_deg)
+        if len(vertices) > 3 and vertices[0] == vertices[-1]:
+            vertices = vertices[:-1]  # a closed ring written out: the last vertex repeats the first
+        what = f"polygon {' '.join(f'({_num(a)}, {_num(b)})' for a, b in vertices)}"
+        if len(vertices) < 3:
+            raise ConfigError(f"{what}: a polygon needs at least 3 vertices, got {len(vertices)}")
+        for _, lat in vertices:
+            _check_lat(lat, what)
+        problem = _polygon_problem(vertices)
+        if problem:
+            raise ConfigError(f"{what}: {problem}")
+        object.__setattr__(self, "vertices_deg", vertices)
+
+    def describe(self) -> str:
+        values = " ".join(f"{_num(lon)} {_num(lat)}" for lon, lat in self.vertices_deg)
+        return f"POLYGON {self.frame} {values} deg"
+
+    def as_dict(self) -> dict:
+        return {"shape": "polygon", "vertices_deg": [list(v) for v in self.vertices_deg],
+                "frame": self.frame, "text": self.describe()}
+
+
+@dataclass(frozen=True)
+class SpectralRange:
+    """A band lo..hi (edges included, either order given; stored lo <= hi) in unit.
+
+    kind is frequency, wavelength (vacuum) or velocity; convention (velocity only) is radio,
+    optical or relativistic; rest_hz None takes RESTFRQ/RESTFREQ from the cube's header. The
+    band is read in the cube's own spectral reference frame (its SPECSYS): no LSRK/barycentric
+    conversion is made."""
+
+    lo: float
+    hi: float
+    unit: str
+    kind: str
+    convention: str | None = None
+    rest_hz: float | None = None
+
+    def __post_init__(self):
+        lo, hi = sorted((float(self.lo), float(self.hi)))
+        what = f"band {_num(lo)} {_num(hi)} {self.unit}"
+        if math.isnan(lo) or math.isnan(hi):
+            raise ConfigError(f"{what}: a value is not a number")
+        try:
+            unit = u.Unit(self.unit)
+        except ValueError as exc:
+            raise ConfigError(f"{what}: unit {self.unit!r} is not a unit astropy knows ({exc})") from None
+        kind = _kind_of(unit, what)
+        if self.kind != kind:
+            raise ConfigError(f"{what}: kind {self.kind!r} does not match unit {self.unit!r} (a {kind})")
+        convention = None
+        if kind == "velocity":
+            convention = (self.convention or "radio").lower()
+            if convention not in CONVENTIONS:
+                raise ConfigError(f"{what}: velocity convention {self.convention!r} is not one of "
+                                  f"{', '.join(CONVENTIONS)}")
+            c_in_unit = (_SPEED_OF_LIGHT_M_S * u.m / u.s).to_value(unit)
+            if any(math.isfinite(v) and abs(v) >= c_in_unit for v in (lo, hi)):
+                raise ConfigError(f"{what}: a velocity must be below the speed of light")
+        elif any(v <= 0.0 and math.isfinite(v) for v in (lo, hi)) or hi == -math.inf:
+            raise ConfigError(f"{what}: a {kind} must be positive (-Inf/+Inf for an open side)")
+        rest = self.rest_hz
+        if rest is not None:
+            rest = float(rest)
+            if not (rest > 0.0 and math.isfinite(rest)):
+                raise ConfigError(f"{what}: rest frequency {self.rest_hz} Hz must be positive")
+        for name, value in (("lo", lo), ("hi", hi), ("unit", _unit_text(unit)),
+                            ("convention", convention), ("rest_hz", rest)):
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def between(cls, lo, hi, convention: str = "radio", rest=None) -> SpectralRange:
+        """From two astropy Quantities (or SpectralCoords) of frequency, wavelength or velocity;
+        rest as for parse_band (a Quantity, text, or Hz)."""
+        if not (isinstance(lo, u.Quantity) and isinstance(hi, u.Quantity)):
+            raise ConfigError(f"band {lo!r} {hi!r}: give both ends as astropy Quantities with units")
+        kind = _kind_of(lo.unit, f"band {lo} {hi}")
+        try:
+            hi_value = float(hi.to_value(lo.unit))
+        except u.UnitsError:
+            raise ConfigError(f"band {lo} {hi}: the two ends are not in the same kind of unit") from None
+        return cls(float(lo.value), hi_value, _unit_text(lo.unit), kind,
+                   convention if kind == "velocity" else None, _rest_hz(rest))
+
+    def describe(self) -> str:
+        text = f"BAND {_num(self.lo)} {_num(self.hi)} {self.unit}"
+        if self.kind == "velocity":
+            text += f" {self.convention}"
+        if self.rest_hz is not None:
+            text += f" rest={_num(self.rest_hz)}Hz"
+        return text
+
+    def as_dict(self) -> dict:
+        """JSON-safe: an open side (-inf/+inf) is None."""
+        fields = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+        return {"shape": "band", **fields, "text": self.describe()}
+
+
+@dataclass(frozen=True)
+class ChannelRange:
+    """Channels lo..hi of the spectral axis, 0-based and inclusive (SODA's CHANNEL)."""
+
+    lo: int
+    hi: int
+
+    def __post_init__(self):
+        lo, hi = self.lo, self.hi
+        if not all(isinstance(v, int) or (hasattr(v, "__index__") and not isinstance(v, bool)) for v in (lo, hi)):
+            raise ConfigError(f"channel range {lo!r} {hi!r}: channels are integers")
+        lo, hi = int(lo), int(hi)
+        if lo < 0 or hi < lo:
+            raise ConfigError(f"channel range {lo} {hi}: need 0 <= lo <= hi (0-based, inclusive)")
+        object.__setattr__(self, "lo", lo)
+        object.__setattr__(self, "hi", hi)
+
+    def describe(self) -> str:
+        return f"CHANNEL {self.lo} {self.hi}"
+
+    def as_dict(self) -> dict:
+        return {"shape": "channels", **asdict(self), "text": self.describe()}
+
+
+def _polygon_problem(vertices) -> str | None:
+    """Why these (lon, lat) vertices are no polygon ingest can cut, or None. In the gnomonic
+    projection about the vertices' mean direction great-circle edges are straight segments,
+    so crossing edges are crossing segments there."""
+    lon, lat = np.radians(np.array(vertices, float).T)
+    points = np.stack([np.cos(lat) * np.cos(lon), np.cos(lat) * np.sin(lon), np.sin(lat)], axis=1)
+    centre = points.sum(axis=0)
+    norm = np.linalg.norm(centre)
+    depth = points @ (centre / norm) if norm > 1e-9 else np.zeros(len(points))
+    if depth.min() <= 1e-9:
+        return ("spans a hemisphere or more (a vertex lies 90 deg or more from the vertices' mean "
+                "direction); split it into smaller polygons")
+    helper = np.array([0.0, 0.0, 1.0]) if abs(centre[2] / norm) < 0.9 else np.array([1.0, 0.0, 0.0])
+    e1 = np.cross(helper, centre)
+    e1 /= np.linalg.norm(e1)
+    e2 = np.cross(centre / norm, e1)
+    plane = np.stack([points @ e1, points @ e2], axis=1) / depth[:, None]
+    a, b = plane, np.roll(plane, -1, axis=0)
+    k = len(plane)
+
+    def side(p, q, r):  # sign of the turn p -> q -> r, broadcast over edge pairs
+        return np.sign((q[..., 0] - p[..., 0]) * (r[..., 1] - p[..., 1]) - (q[..., 1] - p[..., 1]) * (r[..., 0] - p[..., 0]))
+
+    ai, bi, aj, bj = a[:, None], b[:, None], a[None, :], b[None, :]
+    crossing = (side(ai, bi, aj) * side(ai, bi, bj) <= 0) & (side(aj, bj, ai) * side(aj, bj, bi) <= 0)
+    i, j = np.meshgrid(np.arange(k), np.arange(k), indexing="ij")
+    apart = (j > i + 1) & ~((i == 0) & (j == k - 1))  # edges that share no vertex
+    hits = np.argwhere(crossing & apart)
+    if len(hits):
+        first, second = hits[0]
+        return (f"edge {first + 1} (vertex {first + 1} to {(first + 1) % k + 1}) crosses edge {second + 1} "
+                f"(vertex {second + 1} to {(second + 1) % k + 1}); give the vertices in order round the polygon")
+    return None
+
+
+SkyRegion = SkyCircle | SkyRange | SkyPolygon
+SpectralRegion = SpectralRange | ChannelRange
+
+
+def _skycoord_deg(center) -> tuple[str, float, float]:
+    """(frame, lon_deg, lat_deg) of a SkyCoord, in its own frame when ingest accepts it."""
+    from astropy.coordinates import FK5, ICRS, SkyCoord
+
+    if not isinstance(center, SkyCoord):
+        raise ConfigError(f"sky position {center!r}: expected an astropy SkyCoord")
+    name = center.frame.name
+    if name == "fk5" and center.frame.equinox != FK5().equinox:
+        center, name = center.transform_to(FK5()), "fk5"
+    elif name not in FRAMES:
+        center, name = center.transform_to(ICRS()), "icrs"
+    spherical = center.spherical
+    return name, float(spherical.lon.deg), float(spherical.lat.deg)
+
+
+def _unit_text(unit) -> str:
+    return unit.to_string().replace(" ", "")
+
+
+def _kind_of(unit, what: str) -> str:
+    if unit.is_equivalent(u.Hz):
+        return "frequency"
+    if unit.is_equivalent(u.m):
+        return "wavelength"
+    if unit.is_equivalent(u.m / u.s):
+        return "velocity"
+    raise ConfigError(f"{what}: unit {_unit_text(unit)!r} is not a frequency, wavelength or velocity")
+
+
+# ---------------------------------------------------------------------------------- positions
+
+_SHAPES = {"circle": 3, "range": 4, "polygon": None}
+
+
+def _bare_number(token: str) -> float | None:
+    try:
+        value = float(token)
+    except ValueError:
+        return None
+    return None if math.isnan(value) else value
+
+
+def _is_word(token: str) -> bool:
+    """A frame or unit word: not a number, an angle with a unit, nor sexagesimal."""
+    return re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", token) is not None and _bare_number(token) is None
+
+
+def _angle_unit_word(token: str):
+    try:
+        unit = u.Unit(token)
+    except ValueError:
+        return None
+    return unit if unit.is_equivalent(u.deg) else None
+
+
+def _readable_angle(token: str, role: str, equatorial: bool, text: str) -> float:
+    """One angle with a unit or in sexagesimal, in degrees; role is longitude, latitude or radius."""
+    if _COLON_SEXAGESIMAL.match(token):
+        hours = role == "longitude" and equatorial
+        return Angle(token, unit=u.hourangle if hours else u.deg).to_value(u.deg)
+    try:
+        angle = Angle(token)
+    except (ValueError, u.UnitsError):
+        raise ConfigError(f"position {text!r}: {token!r} is not an angle (give a unit, e.g. 150.12deg or "
+                          f"5arcmin, or sexagesimal, e.g. 10h00m28.8s -30d15m00s)") from None
+    if angle.unit == u.hourangle:
+        if role != "longitude":
+            raise ConfigError(f"position {text!r}: {token!r} is in hours, which only a longitude may be")
+        return float(angle.to_value(u.hourangle)) * 15.0
+    return float(angle.to_value(u.deg))
+
+
+def parse_pos(text: str, frame: str = "icrs") -> SkyCircle | SkyRange | SkyPolygon:
+    """'CIRCLE 150.12 -30.25 0.04', 'RANGE 150 150.3 -30.4 -30.1', 'POLYGON lon lat ...' (SODA,
+    degrees, -Inf/+Inf for an open RANGE side) or the readable form with units, e.g.
+    'circle galactic 263.5deg 20.1deg 3arcmin'; a frame word after the shape overrides frame."""
+    tokens = str(text).replace(",", " ").split()
+    if not tokens or tokens[0].lower() not in _SHAPES:
+        raise ConfigError(f"position {text!r}: expected CIRCLE, RANGE or POLYGON followed by numbers, "
+                          f"e.g. 'CIRCLE 150.12 -30.25 0.04'")
+    shape, values = tokens[0].lower(), tokens[1:]
+    if values and _is_word(values[0]) and _angle_unit_word(values[0]) is None:
+        frame, values = values[0], values[1:]
+    try:
+        frame = normalize_frame(frame)
+    except ConfigError as exc:
+        raise ConfigError(f"position {text!r}: {exc}") from None
+    unit = unit_word = None
+    if values and _is_word(values[-1]):
+        unit_word, values = values[-1], values[:-1]
+        unit = _angle_unit_word(unit_word)
+        if unit is None:
+            raise ConfigError(f"position {text!r}: {unit_word!r} is not an angle unit (deg, arcmin, arcsec)")
+    count = _SHAPES[shape]
+    if count is not None and len(values) != count:
+        names = "lon lat radius" if shape == "circle" else "lon_min lon_max lat_min lat_max"
+        raise ConfigError(f"position {text!r}: {shape.upper()} takes {count} values ({names}), got {len(values)}")
+    if shape == "polygon" and (len(values) < 6 or len(values) % 2):
+        raise ConfigError(f"position {text!r}: POLYGON takes lon lat pairs, at least 3 of them; "
+                          f"got {len(values)} values")
+    roles = {"circle": ["longitude", "latitude", "radius"],
+             "range": ["longitude", "longitude", "latitude", "latitude"],
+             "polygon": ["longitude", "latitude"] * (len(values) // 2)}[shape]
+    bare = [_bare_number(v) for v in values]
+    soda = all(b is not None for b in bare)
+    degrees = []
+    for token, number, role in zip(values, bare, roles):
+        if number is not None and (math.isinf(number) and shape != "range"):
+            raise ConfigError(f"position {text!r}: {token!r} is infinite; only a RANGE side may be open")
+        if number is not None and (soda or math.isinf(number)):
+            degrees.append(number * (1.0 if unit is None or math.isinf(number) else unit.to(u.deg)))
+        elif number is not None:
+            raise ConfigError(f"position {text!r}: {token!r} has no unit; beside values with units every "
+                              f"angle needs one (e.g. {token}deg), or give all as bare degrees (SODA)")
+        elif unit is not None:
+            raise ConfigError(f"position {text!r}: {token!r} has its own unit; the unit word {unit_word!r} "
+                              f"after the values is for bare numbers only")
+        else:
+            degrees.append(_readable_angle(token, role, frame != "galactic", text))
+    try:
+        if shape == "circle":
+            return SkyCircle(degrees[0], degrees[1], degrees[2], frame)
+        if shape == "range":
+            return SkyRange(degrees[0], degrees[1], degrees[2], degrees[3], frame)
+        return SkyPolygon(tuple(zip(degrees[0::2], degrees[1::2])), frame)
+    except ConfigError as exc:
+        raise ConfigError(f"position {text!r}: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------- bands
+
+def _rest_hz(rest) -> float | None:
+    """A rest frequency as Hz: None, a number (Hz), a Quantity or text like '1420.405752MHz'
+    (a wavelength such as '21.106cm' is converted)."""
+    if rest is None:
+        return None
+    if isinstance(rest, (int, float)):
+        return float(rest)
+    try:
+        quantity = u.Quantity(rest.replace(" ", "") if isinstance(rest, str) else rest)
+        return float(quantity.to_value(u.Hz, equivalencies=u.spectral()))
+    except (ValueError, TypeError, u.UnitsError):
+        raise ConfigError(f"rest frequency {rest!r}: expected a frequency with a unit, e.g. 1420.405752MHz") from None
+
+
+def parse_band(text: str, convention: str = "radio", rest=None) -> SpectralRange:
+    """SODA's BAND ('0.2112 0.2114': vacuum wavelength in metres, -Inf/+Inf for an open side) or
+    two values with units ('1.4170GHz 1.4185GHz', '1417.0 1418.5 MHz', '21.1cm 21.2cm',
+    '1200km/s 1500km/s optical'). A trailing radio|optical|relativistic word overrides
+    convention; 'rest=1420.405752MHz' (or rest) gives the rest frequency for velocities."""
+    tokens = str(text).replace(",", " ").split()
+    if tokens and tokens[0].lower() == "band":
+        tokens = tokens[1:]
+    rest_tokens = [t for t in tokens if t.lower().startswith("rest=")]
+    tokens = [t for t in tokens if not t.lower().startswith("rest=")]
+    if rest_tokens:
+        rest = rest_tokens[-1].split("=", 1)[1]
+    if tokens and tokens[-1].lower() in CONVENTIONS:
+        convention, tokens = tokens[-1].lower(), tokens[:-1]
+    unit_word = None
+    if len(tokens) == 3:
+        unit_word, tokens = tokens[2], tokens[:2]
+        try:
+            u.Unit(unit_word)
+        except ValueError:
+            raise ConfigError(f"band {text!r}: {unit_word!r} is neither a unit nor a velocity convention "
+                              f"({', '.join(CONVENTIONS)})") from None
+    if len(tokens) != 2:
+        raise ConfigError(f"band {text!r}: expected two values, e.g. '0.2112 0.2114' (metres, SODA), "
+                          f"'1.4170GHz 1.4185GHz', '1417.0 1418.5 MHz' or '1200km/s 1500km/s'")
+    bare = [_bare_number(t) for t in tokens]
+    try:
+        if all(b is not None for b in bare):
+            unit = u.Unit(unit_word) if unit_word else u.m
+            values = bare
+        elif unit_word is None and all(b is None for b in bare):
+            quantities = [u.Quantity(t) for t in tokens]
+            unit = quantities[0].unit
+            values = [float(q.to_value(unit)) for q in quantities]
+        else:
+            raise ConfigError(f"band {text!r}: give both values with units, or two numbers and one unit "
+                              f"after them")
+    except (ValueError, TypeError, u.UnitsError) as exc:
+        raise ConfigError(f"band {text!r}: cannot read the values with units ({exc})") from None
+    try:
+        kind = _kind_of(unit, f"band {text!r}")
+        return SpectralRange(values[0], values[1], _unit_text(unit), kind,
+                             convention if kind == "velocity" else None, _rest_hz(rest))
+    except ConfigError as exc:
+        message = str(exc)
+        raise ConfigError(message if message.startswith(f"band {text!r}") else f"band {text!r}: {message}") from None
+
+
+def parse_channels(text: str) -> ChannelRange:
+    """'lo hi': channels of the spectral axis, 0-based and inclusive (SODA's CHANNEL)."""
+    tokens = str(text).replace(",", " ").split()
+    if tokens and tokens[0].lower() in ("channel", "channels"):
+        tokens = tokens[1:]
+    if len(tokens) != 2 or not all(re.fullmatch(r"\+?\d+", t) for t in tokens):
+        raise ConfigError(f"channels {text!r}: expected two non-negative integers 'lo hi' (0-based, inclusive)")
+    try:
+        return ChannelRange(int(tokens[0]), int(tokens[1]))
+    except ConfigError as exc:
+        raise ConfigError(f"channels {text!r}: {exc}") from None
+
+
+def rest_frequency_hz(rest) -> float | None:
+    """A rest frequency as Hz (None, a number in Hz, a Quantity, or text like '1420.405752MHz')."""
+    return _rest_hz(rest)

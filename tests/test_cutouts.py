@@ -1,0 +1,150 @@
+"""`python -m ingest cutouts` end to end: a catalogue's cubelets out of a cube in a real S3 server,
+every file bit-equal to astropy's section of its box, manifest and resume, bad rows skipped."""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+import numpy as np
+import pytest
+from astropy.io import fits
+from astropy.wcs import WCS
+
+import ingest
+from tests.mpitools import child_env, cli, mpiexec, upload_float_cube
+
+SHAPE = (24, 40, 36)  # numpy order: z, y, x
+
+
+@pytest.fixture(scope="module")
+def cube(s3_server, tmp_path_factory):
+    return upload_float_cube(s3_server, tmp_path_factory.mktemp("cutouts"), "cutouts", SHAPE)
+
+
+def _bbox_catalogue(path, rows):
+    """A CSV catalogue with SoFiA-2's bounding-box columns (inclusive pixels)."""
+    lines = ["name,x_min,x_max,y_min,y_max,z_min,z_max"]
+    lines += [",".join(str(v) for v in row) for row in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+ROWS = [
+    ("SoFiA J100000-300000", 3, 8, 4, 9, 2, 6),
+    ("SoFiA J100001-300001", 6, 12, 5, 11, 4, 9),  # overlaps the first
+    ("edge source", 30, 40, 35, 45, 20, 30),  # partly off: clipped
+    ("far away", 100, 110, 100, 110, 1, 2),  # wholly off: skipped
+    ("SoFiA J100000-300000", 20, 22, 20, 22, 10, 12),  # a duplicate name
+    ("bad/name?*", 0, 0, 0, 0, 0, 0),
+]
+
+
+def _astropy_box(path, box):
+    with warnings.catch_warnings(), fits.open(path) as f:
+        warnings.simplefilter("ignore")
+        return np.array(f[0].section[tuple(slice(a, b) for a, b in box)])
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    """The values' bits, big-endian whatever the array's byte order: equal bits, not just values."""
+    return np.ascontiguousarray(a, dtype=a.dtype.newbyteorder(">")).view(np.uint8)
+
+
+def _check(out_dir, cube_path, margin=10):
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    done = [e for e in manifest["sources"] if e["status"] == "done"]
+    skipped = [e for e in manifest["sources"] if e["status"] == "skipped"]
+    assert len(done) == 5 and len(skipped) == 1 and "off the cube" in skipped[0]["reason"]
+    assert len({e["file"] for e in done}) == 5  # the duplicate name gets a file of its own
+    with fits.open(cube_path) as f:
+        cube_wcs = WCS(f[0].header)
+    rng = np.random.default_rng(1)
+    for e in done:
+        path = out_dir / e["file"]
+        assert "/" not in e["file"] and "?" not in e["file"] and "*" not in e["file"]
+        box = [tuple(p) for p in e["box"]]
+        with fits.open(path) as f:
+            data, header = np.array(f[0].data), f[0].header
+        np.testing.assert_array_equal(_bits(data), _bits(_astropy_box(cube_path, box)))
+        assert header["OBJECT"] == e["name"]
+        cut_wcs = WCS(header)
+        for _ in range(5):  # every pixel keeps its world coordinate
+            pix = [rng.uniform(0, b - a - 1) for a, b in reversed(box)]
+            world = cut_wcs.wcs_pix2world([pix], 0)
+            back = cube_wcs.wcs_world2pix(world, 0)[0]
+            assert np.allclose(back, [p + a for p, (a, _) in zip(pix, reversed(box))], atol=1e-6)
+    return manifest
+
+
+def test_bbox_cubelets_under_mpi_exact_manifest_and_resume(s3_server, cube, tmp_path):
+    catalogue = _bbox_catalogue(tmp_path / "cat.csv", ROWS)
+    out = tmp_path / "out"
+    env = child_env(s3_server)
+    args = ["cutouts", "--source", cube["s3"], "--catalogue", catalogue, "--output-dir", out,
+            "--report", tmp_path / "r.json", "--no-probe"]
+    proc, _ = mpiexec(3, args, env)
+    assert proc.returncode == 0, proc.stderr
+    manifest = _check(out, cube["path"])
+    edge = next(e for e in manifest["sources"] if e["name"] == "edge source")
+    assert edge["clipped"] == ["x", "y", "z"]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["totals"]["done"] == 5 and report["totals"]["skipped"] == 1
+    assert report["totals"]["requests"] > 0 and len(report["ranks"]) == 3
+    assert "merged" in report["plan"]["choice"]
+    assert "5 cut" in proc.stdout and "skipped 1" in proc.stdout
+
+    # A re-run keeps every whole file; a damaged one is cut again.
+    victim = out / next(e["file"] for e in manifest["sources"] if e["status"] == "done")
+    victim.write_bytes(victim.read_bytes()[:-10] + b"0123456789")
+    proc = cli(args, env)
+    assert proc.returncode == 0, proc.stderr
+    again = json.loads((tmp_path / "r.json").read_text())
+    assert again["totals"]["kept"] == 4 and again["totals"]["done"] == 1
+    _check(out, cube["path"])
+    assert not [n for n in os.listdir(out) if n.startswith(".")]  # journals and temps gone
+
+
+def test_python_api_alone_and_pixel_offset_of_a_region(s3_server, s3_env, cube, tmp_path):
+    # A catalogue of one region whose origin is pixel (2, 3, 4) of the cube: its pixel columns
+    # are relative to it, and the cut-outs land where SoFiA-X would place them.
+    catalogue = _bbox_catalogue(tmp_path / "region.csv", ROWS)
+    report = ingest.cutouts(cube["s3"], str(catalogue), str(tmp_path / "api"), region_offset="2,3,4", probe=False)
+    assert report["totals"]["done"] == 5
+    manifest = _check(tmp_path / "api", cube["path"])
+    edge = next(e for e in manifest["sources"] if e["name"] == "edge source")
+    # x 30..40 + 2, y 35..45 + 3, z 20..30 + 4, each grown by SoFiA-2's margin of 10 and clipped.
+    assert edge["box"] == [[14, 24], [28, 40], [22, 36]]
+
+
+def test_a_catalogue_without_usable_columns_is_an_error_before_any_data_moves(s3_server, cube, tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,flux\nA,1.0\n")
+    proc = cli(["cutouts", "--source", cube["s3"], "--catalogue", bad, "--output-dir", tmp_path / "o"],
+               child_env(s3_server))
+    assert proc.returncode == 1
+    assert "bad.csv" in proc.stderr and "flux" in proc.stderr
+    assert not (tmp_path / "o").exists() or not any(n.endswith(".fits") for n in os.listdir(tmp_path / "o"))
+
+
+def test_dest_puts_every_cutout_and_the_manifest_into_the_store_and_resumes_from_it(s3_server, cube, tmp_path):
+    catalogue = _bbox_catalogue(tmp_path / "cat.csv", ROWS)
+    bucket = cube["bucket"]
+    env = child_env(s3_server)
+    args = ["cutouts", "--source", cube["s3"], "--catalogue", catalogue, "--dest", f"s3://{bucket}/cubelets/",
+            "--report", tmp_path / "r.json", "--no-probe"]
+    proc, _ = mpiexec(2, args, env)
+    assert proc.returncode == 0, proc.stderr
+    client = s3_server.client()
+    manifest = json.loads(client.get_object(Bucket=bucket, Key="cubelets/manifest.json")["Body"].read())
+    local = tmp_path / "fetched"
+    local.mkdir()
+    for entry in manifest["sources"]:
+        if entry["status"] == "done":
+            assert entry["object"] == f"s3://{bucket}/cubelets/{entry['file']}" and entry["etag"]
+            client.download_file(bucket, f"cubelets/{entry['file']}", str(local / entry["file"]))
+    (local / "manifest.json").write_text(json.dumps(manifest))
+    _check(local, cube["path"])
+    proc = cli(args, env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["totals"]["kept"] == 5
