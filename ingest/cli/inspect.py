@@ -2,14 +2,21 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from ingest.api.read import plan_with
 from ingest.config import add_run_arguments, config_from_args
-from ingest.config.settings import resolve_settings, retry_policy, settings_for_job, transport_options
+from ingest.config.settings import (configured_cost, resolve_settings, retry_policy, settings_for_job,
+                                    transport_options)
+from ingest.config.site import load_site
+from ingest.config.site_pricing import egress_warning, job_topology, price_job, starting_cost
 from ingest.core.linkprobe import LATENCY_THREADS
 from ingest.core.selection import box_to_region, normalize, parse_region
 from ingest.core.sharing import Topology
+from ingest.core.tuning import Tuning
 from ingest.driver.job import assign, box_bytes, decompose_job, largest_selection, predict, world_job_box
+from ingest.engine import linkcache
+from ingest.engine.autotune import hinted_cost
 from ingest.errors import ConfigError
 from ingest.formats.hdf5 import list_datasets
 from ingest.formats.reader import read_any_layout, read_any_layout_timed
@@ -107,19 +114,24 @@ def _plan(args) -> int:
     if args.nodes is not None and n_ranks is None:
         raise ConfigError("nodes: give --ranks too (the job's ranks are spread over --nodes as srun's block "
                           "distribution places them)")
-    n_nodes = 1 if args.nodes is None else _whole("nodes", args.nodes)
+    n_nodes = None if args.nodes is None else _whole("nodes", args.nodes)
     if args.cores_per_node is not None and n_ranks is None:
         raise ConfigError("cores-per-node: give --ranks too (the cores the job's ranks share on each node)")
     cores = None if args.cores_per_node is None else _whole("cores-per-node", args.cores_per_node)
-    model_given = any(getattr(args, name) is not None for name in _MODEL_OPTIONS)
+    site = None if args.site is None else load_site(args.site)
+    given = frozenset(name for name in _MODEL_OPTIONS if getattr(args, name) is not None)
+    # The site's latency beats the header request's time: one request from wherever plan runs is
+    # not the compute nodes' path to the store (its client CPU is still this client's).
+    use_header = not given and not (site is not None and site.latency_s.known)
     region = parse_region(cfg.region or "")
     with open_transport(cfg.source, cfg.method, threads=LATENCY_THREADS, **transport_options(cfg)) as transport:
         layout, header = read_any_layout_timed(transport, hdu=cfg.hdu, dataset=cfg.dataset, retry=retry_policy(cfg))
         world = world_job_box(cfg, layout)
         if world is not None:
             region = box_to_region(world.box)
+        base = hinted_cost(configured_cost(cfg), header) if not given and not use_header else configured_cost(cfg)
         settings = resolve_settings(cfg, transport, layout, normalize(region, layout.shape),
-                                    header=None if model_given else header)
+                                    cost=starting_cost(base, site, given), header=header if use_header else None)
     cost, tuning = settings.cost, settings.tuning
     sel, plan = plan_with(layout, region, settings)
     summary = plan.describe(cost, settings.threads)
@@ -129,8 +141,14 @@ def _plan(args) -> int:
     if world is not None:
         summary["world_region"] = world.as_dict()
     summary["threads"] = settings.threads
-    job = None if n_ranks is None else _job(cfg, settings, layout, Topology.block(n_ranks, n_nodes, cores),
-                                            transport.endpoint)
+    job = None
+    if n_ranks is not None:
+        topology, placement = job_topology(n_ranks, n_nodes, cores, site)
+        pricing = price_job(settings.alone, settings.shared, topology, site,
+                            link_measured=_link_measured(settings, transport.endpoint), given=given,
+                            header_latency=use_header and header is not None and header.request_s > 0)
+        job = _job(cfg, settings, layout, topology, transport.endpoint, pricing, placement)
+        job["summary"]["site"] = site.as_dict() if site is not None else None
     if job is not None:
         summary["job"] = job["summary"]
     if args.json:
@@ -162,6 +180,9 @@ def _plan(args) -> int:
     )
     if job is not None:
         _print_job(job, layout)
+    elif site is not None:
+        print(f"site file {site.path}: its latency and link priced the read; give --ranks N to price a job's "
+              f"shared pipes with it")
     for i in range(min(args.requests, plan.n_requests)):
         req = plan.request(i)
         print(f"  request {i}: bytes [{req.offset}, {req.offset + req.nbytes})  {format_bytes(req.nbytes)}")
@@ -183,21 +204,48 @@ def _describe_cube(layout) -> str:
     return f"{what}, data at byte {layout.data_offset}"
 
 
-def _job(cfg, settings, layout, topology: Topology, endpoint: str | None) -> dict:
+def _link_measured(settings, endpoint: str | None) -> str | None:
+    """What measured one rank's link, if anything did: this plan's probe (plan --probe) or the
+    link cache's record of the endpoint (which the tuner used), else None."""
+    if settings.probe is not None:
+        return "this plan's probe of the link (--probe)"
+    recalled = linkcache.recall(endpoint) if settings.tuning is not None else None
+    return recalled.describe() if recalled is not None and recalled.probe is not None else None
+
+
+def _job(cfg, settings, layout, topology: Topology, endpoint: str | None, pricing, placement) -> dict:
     """The job `run` would make of --region on topology's ranks: its settings (chosen again for
-    each rank's share of what the ranks share), regions, who reads which, and its prediction."""
+    each rank's share of what the ranks share, as `pricing` has it: measured, the site file's,
+    assumed), regions, who reads which, its prediction and each figure's source."""
     n_ranks = topology.n_ranks
+    alone, shared = settings.alone, pricing.shared
     if layout.kind != "tiles":
         settings = settings_for_job(cfg, settings, layout, largest_selection(cfg, settings, layout, n_ranks),
-                                    settings.shared, topology)
+                                    shared, topology)
     grid_fits, reason, regions = decompose_job(cfg, settings, layout, n_ranks)
     assignment = assign(regions, layout.itemsize, n_ranks)
-    prediction, _ = predict(cfg, settings, layout, regions, assignment, topology, endpoint, cfg.resolved_method)
+    prediction, _ = predict(cfg, _priced_with(settings, alone, shared), layout, regions, assignment, topology,
+                            endpoint, cfg.resolved_method)
+    job_bytes = sum(box_bytes(box, layout.itemsize) for box in regions)
+    warnings = ([egress_warning(n_ranks, job_bytes, prediction.makespan_s)]
+                if pricing.egress_unknown and n_ranks > 1 else [])
     summary = {**prediction.as_dict(), "strategy": settings.strategy, "threads": settings.threads,
-               "chunk_bytes": settings.chunk_bytes, "grid_fits": list(grid_fits), "regions": len(regions),
-               "tuning": settings.tuning.reason if settings.tuning is not None else None}
+               "chunk_bytes": settings.chunk_bytes, "max_gap_bytes": settings.max_gap_bytes,
+               "grid_fits": list(grid_fits), "regions": len(regions),
+               "tuning": settings.tuning.reason if settings.tuning is not None else None,
+               "job_bytes": job_bytes, "figures": [f.as_dict() for f in (*pricing.facts, *placement)],
+               "warnings": warnings}
     return {"summary": summary, "prediction": prediction, "reason": reason, "regions": regions,
-            "assignment": assignment, "settings": settings}
+            "assignment": assignment, "settings": settings, "facts": (*pricing.facts, *placement),
+            "warnings": warnings}
+
+
+def _priced_with(settings, alone, shared):
+    """`settings` whose prediction uses `alone` and `shared` (predict reads them from the tuning):
+    a configured read (no tuning) is priced with the site's pipes too."""
+    tuning = settings.tuning or Tuning(settings.cost, settings.strategy, settings.chunk_bytes, settings.threads,
+                                       settings.max_gap_bytes, 0.0, "configured")
+    return replace(settings, tuning=replace(tuning, alone=tuning.alone or alone, shared=shared))
 
 
 def _print_job(job: dict, layout) -> None:
@@ -212,7 +260,15 @@ def _print_job(job: dict, layout) -> None:
         print(f"  {i + 1:6d}  {rank_of[i]:4d}  {inclusive:<50}  {format_bytes(box_bytes(box, layout.itemsize))}")
     print(f"job: each rank {settings.strategy}, {settings.threads} in flight, requests up to "
           f"{format_bytes(settings.chunk_bytes)}; {prediction.describe()}")
+    for line in job["warnings"]:
+        print(f"  {line}")
     print(f"  shared pipes: {prediction.source}")
+    print("  figures (measured: a probe or the link cache; command line; site file; assumed):")
+    width, value_width = (max(len(text) for text in column) for column in zip(
+        *((f.term, f.value_text()) for f in job["facts"])))
+    for fact in job["facts"]:
+        lost = f"; not used: {fact.not_used}" if fact.not_used else ""
+        print(f"    {fact.term:<{width}}  {fact.value_text():<{value_width}}  {fact.origin}: {fact.source}{lost}")
 
 
 def _whole(name: str, text: str) -> int:
@@ -243,8 +299,13 @@ def add_parser(sub) -> None:
                         "whole job's predicted makespan with the term that binds it")
     p.add_argument("--nodes", default=None, metavar="M",
                    help="with --ranks: the nodes the ranks run on (srun's block distribution), so the prediction "
-                        "counts what each node's ranks share (default 1)")
+                        "counts what each node's ranks share (default: as many as the site file's ranks_per_node "
+                        "needs, else 1)")
     p.add_argument("--cores-per-node", default=None, metavar="C",
                    help="with --ranks: each node's cores, so the prediction counts the ranks' CPU seconds on them "
-                        "(run learns them; default unknown: no cores term)")
+                        "(run learns them; default the site file's, else unknown: no cores term)")
+    p.add_argument("--site", default=None, metavar="FILE",
+                   help="a site file (configs/sites/*.toml): the node's NIC, the store's egress and request "
+                        "ceiling, latency and ranks per node, each with its source; they price the job wherever "
+                        "nothing measured that term (docs/sites.md)")
     p.set_defaults(func=_plan)
