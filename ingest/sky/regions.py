@@ -2,7 +2,8 @@
 
 Spatial regions (`SkyCircle`, `SkyRange`, `SkyPolygon`) carry degrees in one celestial frame
 (ICRS, FK5 J2000 or Galactic); spectral ones carry a band in frequency, wavelength or velocity
-(`SpectralRange`) or 0-based channels (`ChannelRange`). They are frozen dataclasses of plain
+(`SpectralRange`) or 0-based channels (`ChannelRange`; both defined in `ingest.sky.bands` and
+re-exported here, with `parse_band` and `parse_channels`). They are frozen dataclasses of plain
 floats and strings, so they pickle and broadcast over MPI unchanged; `ingest.sky.pixels`
 turns them into pixel boxes with a cube's header.
 
@@ -26,28 +27,26 @@ import numpy as np
 from astropy.coordinates import Angle
 
 from ingest.errors import ConfigError
+from ingest.sky.bands import (CONVENTIONS, KINDS, ChannelRange, SpectralRange, bare_number, number_text,
+                              parse_band, parse_channels, rest_frequency_hz)
+
+__all__ = ["FRAMES", "KINDS", "CONVENTIONS", "SkyCircle", "SkyRange", "SkyPolygon", "SpectralRange",
+           "ChannelRange", "SkyRegion", "SpectralRegion", "normalize_frame", "parse_pos", "parse_band",
+           "parse_channels", "rest_frequency_hz"]
 
 FRAMES = ("icrs", "fk5", "galactic")  # fk5 means FK5 at equinox J2000
 _FRAME_ALIASES = {"icrs": "icrs", "fk5": "fk5", "j2000": "fk5", "galactic": "galactic", "gal": "galactic"}
-KINDS = ("frequency", "wavelength", "velocity")
-CONVENTIONS = ("radio", "optical", "relativistic")
-_SPEED_OF_LIGHT_M_S = 299_792_458.0
 _COLON_SEXAGESIMAL = re.compile(r"^[+-]?\d+(\.\d*)?:\d+(\.\d*)?(:\d+(\.\d*)?)?$")
 
 
 def normalize_frame(name: str) -> str:
-    """'ICRS' -> 'icrs', 'J2000' -> 'fk5', 'Galactic' -> 'galactic'; anything else is a ConfigError."""
+    """'ICRS' -> 'icrs', 'FK5' or 'J2000' -> 'fk5', 'Galactic' or 'gal' -> 'galactic' (any case);
+    anything else is a ConfigError naming it and the accepted frames."""
     key = str(name).strip().lower()
     if key not in _FRAME_ALIASES:
         raise ConfigError(f"sky frame {name!r} is not supported: use one of {', '.join(FRAMES)} "
                           f"(fk5 means FK5 J2000)")
     return _FRAME_ALIASES[key]
-
-
-def _num(value: float) -> str:
-    """Shortest text that reads back as the same float ('150.12', '150', '-inf')."""
-    text = repr(float(value))
-    return text[:-2] if text.endswith(".0") else text
 
 
 def _check_lat(lat_deg: float, what: str) -> None:
@@ -85,7 +84,7 @@ class SkyCircle:
         return cls(lon, lat, float(radius.to_value(u.deg)), frame)
 
     def describe(self) -> str:
-        return f"CIRCLE {self.frame} {_num(self.lon_deg)} {_num(self.lat_deg)} {_num(self.radius_deg)} deg"
+        return f"CIRCLE {self.frame} {number_text(self.lon_deg)} {number_text(self.lat_deg)} {number_text(self.radius_deg)} deg"
 
     def as_dict(self) -> dict:
         return {"shape": "circle", **asdict(self), "text": self.describe()}
@@ -132,7 +131,7 @@ class SkyRange:
 
     def describe(self) -> str:
         values = (self.lon_min_deg, self.lon_max_deg, self.lat_min_deg, self.lat_max_deg)
-        return f"RANGE {self.frame} " + " ".join(_num(v) for v in values) + " deg"
+        return f"RANGE {self.frame} " + " ".join(number_text(v) for v in values) + " deg"
 
     def as_dict(self) -> dict:
         return {"shape": "range", **asdict(self), "text": self.describe()}
@@ -155,7 +154,7 @@ class SkyPolygon:
         vertices = tuple((float(lon) % 360.0, float(lat)) for lon, lat in self.vertices_deg)
         if len(vertices) > 3 and vertices[0] == vertices[-1]:
             vertices = vertices[:-1]  # a closed ring written out: the last vertex repeats the first
-        what = f"polygon {' '.join(f'({_num(a)}, {_num(b)})' for a, b in vertices)}"
+        what = f"polygon {' '.join(f'({number_text(a)}, {number_text(b)})' for a, b in vertices)}"
         if len(vertices) < 3:
             raise ConfigError(f"{what}: a polygon needs at least 3 vertices, got {len(vertices)}")
         for _, lat in vertices:
@@ -166,112 +165,12 @@ class SkyPolygon:
         object.__setattr__(self, "vertices_deg", vertices)
 
     def describe(self) -> str:
-        values = " ".join(f"{_num(lon)} {_num(lat)}" for lon, lat in self.vertices_deg)
+        values = " ".join(f"{number_text(lon)} {number_text(lat)}" for lon, lat in self.vertices_deg)
         return f"POLYGON {self.frame} {values} deg"
 
     def as_dict(self) -> dict:
         return {"shape": "polygon", "vertices_deg": [list(v) for v in self.vertices_deg],
                 "frame": self.frame, "text": self.describe()}
-
-
-@dataclass(frozen=True)
-class SpectralRange:
-    """A band lo..hi (edges included, either order given; stored lo <= hi) in unit.
-
-    kind is frequency, wavelength (vacuum) or velocity; convention (velocity only) is radio,
-    optical or relativistic; rest_hz None takes RESTFRQ/RESTFREQ from the cube's header. The
-    band is read in the cube's own spectral reference frame (its SPECSYS): no LSRK/barycentric
-    conversion is made."""
-
-    lo: float
-    hi: float
-    unit: str
-    kind: str
-    convention: str | None = None
-    rest_hz: float | None = None
-
-    def __post_init__(self):
-        lo, hi = sorted((float(self.lo), float(self.hi)))
-        what = f"band {_num(lo)} {_num(hi)} {self.unit}"
-        if math.isnan(lo) or math.isnan(hi):
-            raise ConfigError(f"{what}: a value is not a number")
-        try:
-            unit = u.Unit(self.unit)
-        except ValueError as exc:
-            raise ConfigError(f"{what}: unit {self.unit!r} is not a unit astropy knows ({exc})") from None
-        kind = _kind_of(unit, what)
-        if self.kind != kind:
-            raise ConfigError(f"{what}: kind {self.kind!r} does not match unit {self.unit!r} (a {kind})")
-        convention = None
-        if kind == "velocity":
-            convention = (self.convention or "radio").lower()
-            if convention not in CONVENTIONS:
-                raise ConfigError(f"{what}: velocity convention {self.convention!r} is not one of "
-                                  f"{', '.join(CONVENTIONS)}")
-            c_in_unit = (_SPEED_OF_LIGHT_M_S * u.m / u.s).to_value(unit)
-            if any(math.isfinite(v) and abs(v) >= c_in_unit for v in (lo, hi)):
-                raise ConfigError(f"{what}: a velocity must be below the speed of light")
-        elif any(v <= 0.0 and math.isfinite(v) for v in (lo, hi)) or hi == -math.inf:
-            raise ConfigError(f"{what}: a {kind} must be positive (-Inf/+Inf for an open side)")
-        rest = self.rest_hz
-        if rest is not None:
-            rest = float(rest)
-            if not (rest > 0.0 and math.isfinite(rest)):
-                raise ConfigError(f"{what}: rest frequency {self.rest_hz} Hz must be positive")
-        for name, value in (("lo", lo), ("hi", hi), ("unit", _unit_text(unit)),
-                            ("convention", convention), ("rest_hz", rest)):
-            object.__setattr__(self, name, value)
-
-    @classmethod
-    def between(cls, lo, hi, convention: str = "radio", rest=None) -> SpectralRange:
-        """From two astropy Quantities (or SpectralCoords) of frequency, wavelength or velocity;
-        rest as for parse_band (a Quantity, text, or Hz)."""
-        if not (isinstance(lo, u.Quantity) and isinstance(hi, u.Quantity)):
-            raise ConfigError(f"band {lo!r} {hi!r}: give both ends as astropy Quantities with units")
-        kind = _kind_of(lo.unit, f"band {lo} {hi}")
-        try:
-            hi_value = float(hi.to_value(lo.unit))
-        except u.UnitsError:
-            raise ConfigError(f"band {lo} {hi}: the two ends are not in the same kind of unit") from None
-        return cls(float(lo.value), hi_value, _unit_text(lo.unit), kind,
-                   convention if kind == "velocity" else None, _rest_hz(rest))
-
-    def describe(self) -> str:
-        text = f"BAND {_num(self.lo)} {_num(self.hi)} {self.unit}"
-        if self.kind == "velocity":
-            text += f" {self.convention}"
-        if self.rest_hz is not None:
-            text += f" rest={_num(self.rest_hz)}Hz"
-        return text
-
-    def as_dict(self) -> dict:
-        """JSON-safe: an open side (-inf/+inf) is None."""
-        fields = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
-        return {"shape": "band", **fields, "text": self.describe()}
-
-
-@dataclass(frozen=True)
-class ChannelRange:
-    """Channels lo..hi of the spectral axis, 0-based and inclusive (SODA's CHANNEL)."""
-
-    lo: int
-    hi: int
-
-    def __post_init__(self):
-        lo, hi = self.lo, self.hi
-        if not all(isinstance(v, int) or (hasattr(v, "__index__") and not isinstance(v, bool)) for v in (lo, hi)):
-            raise ConfigError(f"channel range {lo!r} {hi!r}: channels are integers")
-        lo, hi = int(lo), int(hi)
-        if lo < 0 or hi < lo:
-            raise ConfigError(f"channel range {lo} {hi}: need 0 <= lo <= hi (0-based, inclusive)")
-        object.__setattr__(self, "lo", lo)
-        object.__setattr__(self, "hi", hi)
-
-    def describe(self) -> str:
-        return f"CHANNEL {self.lo} {self.hi}"
-
-    def as_dict(self) -> dict:
-        return {"shape": "channels", **asdict(self), "text": self.describe()}
 
 
 def _polygon_problem(vertices) -> str | None:
@@ -328,36 +227,14 @@ def _skycoord_deg(center) -> tuple[str, float, float]:
     return name, float(spherical.lon.deg), float(spherical.lat.deg)
 
 
-def _unit_text(unit) -> str:
-    return unit.to_string().replace(" ", "")
-
-
-def _kind_of(unit, what: str) -> str:
-    if unit.is_equivalent(u.Hz):
-        return "frequency"
-    if unit.is_equivalent(u.m):
-        return "wavelength"
-    if unit.is_equivalent(u.m / u.s):
-        return "velocity"
-    raise ConfigError(f"{what}: unit {_unit_text(unit)!r} is not a frequency, wavelength or velocity")
-
-
 # ---------------------------------------------------------------------------------- positions
 
 _SHAPES = {"circle": 3, "range": 4, "polygon": None}
 
 
-def _bare_number(token: str) -> float | None:
-    try:
-        value = float(token)
-    except ValueError:
-        return None
-    return None if math.isnan(value) else value
-
-
 def _is_word(token: str) -> bool:
     """A frame or unit word: not a number, an angle with a unit, nor sexagesimal."""
-    return re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", token) is not None and _bare_number(token) is None
+    return re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", token) is not None and bare_number(token) is None
 
 
 def _angle_unit_word(token: str):
@@ -416,7 +293,7 @@ def parse_pos(text: str, frame: str = "icrs") -> SkyCircle | SkyRange | SkyPolyg
     roles = {"circle": ["longitude", "latitude", "radius"],
              "range": ["longitude", "longitude", "latitude", "latitude"],
              "polygon": ["longitude", "latitude"] * (len(values) // 2)}[shape]
-    bare = [_bare_number(v) for v in values]
+    bare = [bare_number(v) for v in values]
     soda = all(b is not None for b in bare)
     degrees = []
     for token, number, role in zip(values, bare, roles):
@@ -440,85 +317,3 @@ def parse_pos(text: str, frame: str = "icrs") -> SkyCircle | SkyRange | SkyPolyg
         return SkyPolygon(tuple(zip(degrees[0::2], degrees[1::2])), frame)
     except ConfigError as exc:
         raise ConfigError(f"position {text!r}: {exc}") from None
-
-
-# ---------------------------------------------------------------------------------- bands
-
-def _rest_hz(rest) -> float | None:
-    """A rest frequency as Hz: None, a number (Hz), a Quantity or text like '1420.405752MHz'
-    (a wavelength such as '21.106cm' is converted)."""
-    if rest is None:
-        return None
-    if isinstance(rest, (int, float)):
-        return float(rest)
-    try:
-        quantity = u.Quantity(rest.replace(" ", "") if isinstance(rest, str) else rest)
-        return float(quantity.to_value(u.Hz, equivalencies=u.spectral()))
-    except (ValueError, TypeError, u.UnitsError):
-        raise ConfigError(f"rest frequency {rest!r}: expected a frequency with a unit, e.g. 1420.405752MHz") from None
-
-
-def parse_band(text: str, convention: str = "radio", rest=None) -> SpectralRange:
-    """SODA's BAND ('0.2112 0.2114': vacuum wavelength in metres, -Inf/+Inf for an open side) or
-    two values with units ('1.4170GHz 1.4185GHz', '1417.0 1418.5 MHz', '21.1cm 21.2cm',
-    '1200km/s 1500km/s optical'). A trailing radio|optical|relativistic word overrides
-    convention; 'rest=1420.405752MHz' (or rest) gives the rest frequency for velocities."""
-    tokens = str(text).replace(",", " ").split()
-    if tokens and tokens[0].lower() == "band":
-        tokens = tokens[1:]
-    rest_tokens = [t for t in tokens if t.lower().startswith("rest=")]
-    tokens = [t for t in tokens if not t.lower().startswith("rest=")]
-    if rest_tokens:
-        rest = rest_tokens[-1].split("=", 1)[1]
-    if tokens and tokens[-1].lower() in CONVENTIONS:
-        convention, tokens = tokens[-1].lower(), tokens[:-1]
-    unit_word = None
-    if len(tokens) == 3:
-        unit_word, tokens = tokens[2], tokens[:2]
-        try:
-            u.Unit(unit_word)
-        except ValueError:
-            raise ConfigError(f"band {text!r}: {unit_word!r} is neither a unit nor a velocity convention "
-                              f"({', '.join(CONVENTIONS)})") from None
-    if len(tokens) != 2:
-        raise ConfigError(f"band {text!r}: expected two values, e.g. '0.2112 0.2114' (metres, SODA), "
-                          f"'1.4170GHz 1.4185GHz', '1417.0 1418.5 MHz' or '1200km/s 1500km/s'")
-    bare = [_bare_number(t) for t in tokens]
-    try:
-        if all(b is not None for b in bare):
-            unit = u.Unit(unit_word) if unit_word else u.m
-            values = bare
-        elif unit_word is None and all(b is None for b in bare):
-            quantities = [u.Quantity(t) for t in tokens]
-            unit = quantities[0].unit
-            values = [float(q.to_value(unit)) for q in quantities]
-        else:
-            raise ConfigError(f"band {text!r}: give both values with units, or two numbers and one unit "
-                              f"after them")
-    except (ValueError, TypeError, u.UnitsError) as exc:
-        raise ConfigError(f"band {text!r}: cannot read the values with units ({exc})") from None
-    try:
-        kind = _kind_of(unit, f"band {text!r}")
-        return SpectralRange(values[0], values[1], _unit_text(unit), kind,
-                             convention if kind == "velocity" else None, _rest_hz(rest))
-    except ConfigError as exc:
-        message = str(exc)
-        raise ConfigError(message if message.startswith(f"band {text!r}") else f"band {text!r}: {message}") from None
-
-
-def parse_channels(text: str) -> ChannelRange:
-    """'lo hi': channels of the spectral axis, 0-based and inclusive (SODA's CHANNEL)."""
-    tokens = str(text).replace(",", " ").split()
-    if tokens and tokens[0].lower() in ("channel", "channels"):
-        tokens = tokens[1:]
-    if len(tokens) != 2 or not all(re.fullmatch(r"\+?\d+", t) for t in tokens):
-        raise ConfigError(f"channels {text!r}: expected two non-negative integers 'lo hi' (0-based, inclusive)")
-    try:
-        return ChannelRange(int(tokens[0]), int(tokens[1]))
-    except ConfigError as exc:
-        raise ConfigError(f"channels {text!r}: {exc}") from None
-
-
-def rest_frequency_hz(rest) -> float | None:
-    """A rest frequency as Hz (None, a number in Hz, a Quantity, or text like '1420.405752MHz')."""
-    return _rest_hz(rest)

@@ -19,8 +19,10 @@ Where the projection is not one-to-one on the region the boundary does not bound
 space: a region holding a singular direction of the projection (the native south pole of a
 zenithal projection such as SIN or TAN, either native pole of any other), or whose boundary
 leaves the valid domain (SIN or TAN past the native equator: NaN), jumps (a seam), or does not
-come back to the same direction through the WCS. Those regions are tested on every pixel
-centre of the plane and its ring instead, all of them in one sweep: exact, slower, rare.
+come back to the same direction through the WCS. Those regions are found by whole pixel lines
+from the plane's edges inwards instead: exact, slower, rare. A region whose boundary lies
+wholly outside the domain (a source on the far side of the sky from a SIN cube) holds all of
+the domain or none of it; the reference point, always defined, tells which at once.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ TOLERANCE_PX = 0.5  # candidates: pixels this close to the sampled boundary's sp
 FIRST_SAMPLES = 32  # boundary samples per edge to start with; doubled while needed
 MAX_SAMPLES = 8192  # beyond this per edge, the boundary is taken as discontinuous (slow path)
 ROUND_TRIP_RAD = 1e-8  # a boundary sample must map back to its own direction this closely
-_SWEEP_PX = 1 << 20  # pixels per chunk of the exhaustive sweep
+_SWEEP_PX = 1 << 20  # the most pixels the line-by-line path tests at once
 _ZENITHAL = 1  # wcslib's projection category code
 
 
@@ -48,6 +50,10 @@ class SkyPlane:
         cel = sky_wcs.wcs.cel
         north = unit_vectors(cel.euler[0], 90.0 - cel.euler[1])  # the native north pole
         self.singular = np.array([-north] if cel.prj.category == _ZENITHAL else [north, -north])
+        # SIN (unslanted) and TAN are defined on the native northern hemisphere only
+        hemisphere = cel.prj.code in ("SIN", "TAN") and not np.any(np.nan_to_num(cel.prj.pv[1:3]))
+        self.domain_pole = north if hemisphere else None
+        self.reference = unit_vectors(*sky_wcs.wcs.crval)  # defined in every projection
 
     def link(self, frame: str) -> FrameLink:
         if frame not in self._links:
@@ -103,27 +109,53 @@ def sky_boxes(plane: SkyPlane, regions: list) -> list:
             continue
         tester = _Tester(plane, group, link)
         gids = np.arange(len(positions))
+        levels, slow, beyond = _sample(plane, group, link, gids)
+        # A boundary wholly beyond the projection's domain (a hemisphere) leaves that domain all in
+        # the region or all out of it: the reference point tells which.
+        reference = np.broadcast_to(plane.reference, (len(beyond), 3))
+        slow += [int(g) for g in beyond[tester.test_world(*lon_lat(reference), beyond)]] if len(beyond) else []
         singular = np.zeros(len(gids), bool)
         for direction in plane.singular:
-            lon, lat = lon_lat(direction)
-            singular |= tester.test_world(np.full(len(gids), lon), np.full(len(gids), lat), gids)
-        levels, slow = _sample(plane, group, link, gids[~singular])
-        slow = list(gids[singular]) + slow
-        boxes: dict[int, tuple | None] = {}
+            lon, lat = lon_lat(np.broadcast_to(direction, (len(gids), 3)))
+            singular |= tester.test_world(lon, lat, gids)
+        boxes: dict[int, tuple | None] = {int(g): None for g in beyond}
         for level_gids, x, y in levels:
-            boxes.update(_scan(tester, level_gids, x, y))
-        boxes.update(_sweep(tester, np.array(slow, int)))
+            fast = ~singular[level_gids]
+            slow += [int(g) for g in level_gids[~fast]]
+            if fast.any():
+                boxes.update(_scan(tester, level_gids[fast], x[fast], y[fast]))
+        boxes.update(_sweep(tester, np.array(sorted(set(slow)), int)))
         for gid, i in enumerate(positions):
             results[i] = boxes[gid]
     return results
 
 
+def _beyond_domain(plane: SkyPlane, cube: np.ndarray) -> np.ndarray:
+    """Per region, whether its whole boundary (samples (g, edges, n, 3) in the cube's frame, and
+    the arcs between them) lies outside the projection's hemisphere: every sample more than
+    90 deg from the native pole by more than half the widest gap between samples (a point of an
+    arc is within half its length of an end; 0.55 allows for a small-circle arc being a little
+    longer than the chord's angle)."""
+    if plane.domain_pole is None:
+        return np.zeros(len(cube), bool)
+    flat = cube.reshape(len(cube), -1, 3)
+    distance = np.arccos(np.clip(flat @ plane.domain_pole, -1.0, 1.0))
+    gap = 2.0 * np.arcsin(np.clip(np.linalg.norm(np.diff(cube, axis=-2), axis=-1) / 2.0, 0.0, 1.0))
+    return distance.min(axis=1) - 0.55 * gap.reshape(len(cube), -1).max(axis=1, initial=0.0) > np.pi / 2.0
+
+
 def _sample(plane: SkyPlane, group, link: FrameLink, gids: np.ndarray):
-    """Boundary samples in pixels, refined per region: [(gids, x, y)] with x, y (g, edges, n), and
-    the regions whose boundary cannot be trusted in pixel space."""
-    levels, slow, n = [], [], FIRST_SAMPLES
+    """Boundary samples in pixels, refined per region: [(gids, x, y)] with x, y (g, edges, n), the
+    regions whose boundary cannot be trusted in pixel space, and those whose boundary lies wholly
+    beyond the projection's domain."""
+    levels, slow, beyond, n = [], [], [], FIRST_SAMPLES
     while len(gids):
         cube = link.to_cube(group.edges(gids, n))
+        far = _beyond_domain(plane, cube)
+        beyond.extend(gids[far])
+        gids, cube = gids[~far], cube[~far]
+        if not len(gids):
+            break
         lon, lat = lon_lat(cube)
         x, y = plane.pixels(lon.ravel(), lat.ravel())
         x, y = x.reshape(lon.shape), y.reshape(lon.shape)
@@ -147,7 +179,7 @@ def _sample(plane: SkyPlane, group, link: FrameLink, gids: np.ndarray):
         if n > MAX_SAMPLES:
             slow.extend(gids)
             break
-    return levels, [int(g) for g in slow]
+    return levels, [int(g) for g in slow], np.array(beyond, int)
 
 
 def _ragged(starts: np.ndarray, counts: np.ndarray):
@@ -167,11 +199,11 @@ class _Lines:
         # segments of every edge, as (g, segments) arrays of their two ends
         self.seg = {"x": (flat(x[..., :-1]), flat(x[..., 1:])), "y": (flat(y[..., :-1]), flat(y[..., 1:]))}
 
-    def span(self, rows: np.ndarray, axis: str, c: np.ndarray):
+    def span(self, which: np.ndarray, axis: str, c: np.ndarray):
         """For lines u = c (u is axis), the span of w within TOLERANCE_PX of the sampled boundary."""
         other = "y" if axis == "x" else "x"
         (ua, ub), (wa, wb) = self.seg[axis], self.seg[other]
-        ua, ub, wa, wb = ua[rows], ub[rows], wa[rows], wb[rows]
+        ua, ub, wa, wb = ua[which], ub[which], wa[which], wb[which]
         lo, hi = (c - TOLERANCE_PX)[:, None], (c + TOLERANCE_PX)[:, None]
         du = ub - ua
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -186,39 +218,39 @@ class _Lines:
         w_hi = np.where(valid, np.maximum(w1, w2), -np.inf).max(axis=1) + TOLERANCE_PX
         return w_lo, w_hi
 
-    def occupied(self, rows, axis: str, c, w_min, w_max) -> np.ndarray:
+    def occupied(self, which, axis: str, c, w_min, w_max) -> np.ndarray:
         """Whether line u = c holds a member with w in [w_min, w_max] (integers), per row."""
-        w_lo, w_hi = self.span(rows, axis, c.astype(float))
+        w_lo, w_hi = self.span(which, axis, c.astype(float))
         first = np.maximum(np.ceil(w_lo), w_min)
         last = np.minimum(np.floor(w_hi), w_max)
         counts = np.where(last >= first, last - first + 1, 0).astype(np.int64)
-        found = np.zeros(len(rows), bool)
+        found = np.zeros(len(which), bool)
         with np.errstate(invalid="ignore"):
             middle = np.clip(np.round((w_lo + w_hi) / 2.0), first, last)
         probe = counts > 0
-        found[probe] = self._test(rows[probe], axis, c[probe], middle[probe])
+        found[probe] = self._test(which[probe], axis, c[probe], middle[probe])
         rest = probe & ~found & (counts > 1)
         if rest.any():
             owner, w = _ragged(first[rest].astype(np.int64), counts[rest])
-            hits = self._test(rows[rest][owner], axis, c[rest][owner], w)
+            hits = self._test(which[rest][owner], axis, c[rest][owner], w)
             found[np.flatnonzero(rest)] = np.bincount(owner, weights=hits, minlength=int(rest.sum())) > 0
         return found
 
-    def _test(self, rows, axis, c, w):
+    def _test(self, which, axis, c, w):
         x, y = (c, w) if axis == "x" else (w, c)
-        return self.tester.test(x, y, self.gids[rows])
+        return self.tester.test(x, y, self.gids[which])
 
-    def first_occupied(self, axis: str, start, stop, step: int, w_min, w_max):
-        """Per row, the first line from start towards stop (inclusive) holding a member, or None (-1 flag)."""
-        count = len(start)
-        line, answer = start.copy(), np.full(count, -1, np.int64)
+    def first_occupied(self, which, axis: str, start, stop, step: int, w_min, w_max) -> np.ndarray:
+        """For each region of `which`, the first line from start towards stop (inclusive) that
+        holds a member; -1 where none does."""
+        line, answer = start.copy(), np.full(len(which), -1, np.int64)
         active = (line - stop) * step <= 0
         while active.any():
-            rows = np.flatnonzero(active)
-            hit = self.occupied(rows, axis, line[rows], w_min[rows], w_max[rows])
-            answer[rows[hit]] = line[rows[hit]]
-            line[rows] += step
-            active[rows[hit]] = False
+            idx = np.flatnonzero(active)
+            hit = self.occupied(which[idx], axis, line[idx], w_min[idx], w_max[idx])
+            answer[idx[hit]] = line[idx[hit]]
+            line[idx] += step
+            active[idx[hit]] = False
             active &= (line - stop) * step <= 0
         return answer
 
@@ -227,7 +259,7 @@ def _scan(tester: _Tester, gids, x, y) -> dict[int, tuple | None]:
     """The box of every region of one sample level, by the line tests (module docstring)."""
     lines = _Lines(tester, gids, x, y)
     nx, ny = tester.plane.nx, tester.plane.ny
-    rows = np.arange(len(gids))
+    regions = np.arange(len(gids))
     ext = {a: (np.nanmin(v.reshape(len(gids), -1), axis=1), np.nanmax(v.reshape(len(gids), -1), axis=1))
            for a, v in (("x", x), ("y", y))}
     box = {}
@@ -246,7 +278,7 @@ def _scan(tester: _Tester, gids, x, y) -> dict[int, tuple | None]:
         clip = np.zeros(len(gids), bool)
         for edge, outer in ((-1, outer_lo), (n_u, outer_hi)):
             reaches = (outer <= -1) if edge == -1 else (outer >= n_u)
-            r = rows[reaches & keep]
+            r = regions[reaches & keep]
             if len(r):
                 clip[r] |= lines.occupied(r, axis, np.full(len(r), edge, np.int64), ring_min[r], ring_max[r])
         start = np.maximum(outer_lo + 1, 0)
@@ -254,12 +286,11 @@ def _scan(tester: _Tester, gids, x, y) -> dict[int, tuple | None]:
         live = keep & (start <= stop)
         low = np.full(len(gids), -1, np.int64)
         high = np.full(len(gids), -1, np.int64)
-        r = rows[live]
+        r = regions[live]
         if len(r):
-            sub = lambda a: a[r]  # noqa: E731
-            low[r] = _first(lines, axis, r, sub(start), sub(stop), 1, sub(w_min), sub(w_max))
+            low[r] = lines.first_occupied(r, axis, start[r], stop[r], 1, w_min[r], w_max[r])
             found = r[low[r] >= 0]
-            high[found] = _first(lines, axis, found, stop[found], low[found], -1, w_min[found], w_max[found])
+            high[found] = lines.first_occupied(found, axis, stop[found], low[found], -1, w_min[found], w_max[found])
         keep &= low >= 0
         box[axis] = (low, high)
         clipped[axis] = clip
@@ -273,50 +304,42 @@ def _scan(tester: _Tester, gids, x, y) -> dict[int, tuple | None]:
     return out
 
 
-def _first(lines: _Lines, axis, rows, start, stop, step, w_min, w_max):
-    """first_occupied on a subset of rows (the _Lines arrays are indexed by the level's rows)."""
-    sub = _Lines.__new__(_Lines)
-    sub.tester, sub.gids = lines.tester, lines.gids[rows]
-    sub.seg = {k: (a[rows], b[rows]) for k, (a, b) in lines.seg.items()}
-    return sub.first_occupied(axis, start, stop, step, w_min, w_max)
-
-
 def _sweep(tester: _Tester, gids: np.ndarray) -> dict[int, tuple | None]:
-    """The exhaustive path: every pixel centre of the plane and of its one-pixel ring."""
-    if not len(gids):
-        return {}
+    """The path that trusts no boundary: each side is the first whole pixel line, from the
+    plane's edge inwards, that holds a member (lines tested in blocks that double, so a region
+    reaching the edge costs a line and one deep inside at most the plane); the ring is tested
+    whole. Exact by construction; slow only for a small region far from every edge."""
     nx, ny = tester.plane.nx, tester.plane.ny
-    lo = {g: [np.inf, np.inf] for g in gids.tolist()}
-    hi = {g: [-np.inf, -np.inf] for g in gids.tolist()}
-    rows_per_chunk = max(1, _SWEEP_PX // max(nx, 1))
-    for y0 in range(0, ny, rows_per_chunk):
-        yy, xx = np.mgrid[y0:min(ny, y0 + rows_per_chunk), 0:nx]
-        _extend(tester, gids, xx.ravel(), yy.ravel(), lo, hi)
-    ring_x = {g: False for g in lo}
-    ring_y = {g: False for g in lo}
-    for axis, edge in (("x", -1), ("x", nx), ("y", -1), ("y", ny)):
-        w = np.arange(-1, (ny if axis == "x" else nx) + 1)
-        xx, yy = (np.full(len(w), edge), w) if axis == "x" else (w, np.full(len(w), edge))
-        lon, lat = tester.plane.world(xx, yy)
-        for g in lo:
-            if tester.test_world(lon, lat, np.full(len(w), g)).any():
-                (ring_x if axis == "x" else ring_y)[g] = True
-    out = {}
-    for g in lo:
-        if not np.isfinite(lo[g][0]):
-            out[g] = None
-        else:
-            out[g] = (int(lo[g][0]), int(hi[g][0]) + 1, int(lo[g][1]), int(hi[g][1]) + 1, ring_x[g], ring_y[g])
+    out: dict[int, tuple | None] = {}
+    for gid in gids.tolist():
+        x0 = _first_line(tester, gid, "x", 0, nx - 1, 0, ny - 1)
+        if x0 is None:
+            out[gid] = None
+            continue
+        x1 = _first_line(tester, gid, "x", nx - 1, x0, 0, ny - 1)
+        y0 = _first_line(tester, gid, "y", 0, ny - 1, x0, x1)
+        y1 = _first_line(tester, gid, "y", ny - 1, y0, x0, x1)
+        ring = []
+        for axis, n_u, n_w in (("x", nx, ny), ("y", ny, nx)):
+            hit = any(_first_line(tester, gid, axis, edge, edge, -1, n_w) is not None for edge in (-1, n_u))
+            ring.append(hit)
+        out[gid] = (x0, x1 + 1, y0, y1 + 1, ring[0], ring[1])
     return out
 
 
-def _extend(tester, gids, xx, yy, lo, hi):
-    lon, lat = tester.plane.world(xx, yy)
-    finite = np.isfinite(lon) & np.isfinite(lat)
-    xx, yy, lon, lat = xx[finite], yy[finite], lon[finite], lat[finite]
-    for g in lo:
-        member = tester.test_world(lon, lat, np.full(len(lon), g))
-        if member.any():
-            mx, my = xx[member], yy[member]
-            lo[g] = [min(lo[g][0], mx.min()), min(lo[g][1], my.min())]
-            hi[g] = [max(hi[g][0], mx.max()), max(hi[g][1], my.max())]
+def _first_line(tester: _Tester, gid: int, axis: str, start: int, stop: int, w_first: int, w_last: int):
+    """The first line u = start, start +- 1, ... stop (inclusive) with a member among w in
+    [w_first, w_last], or None."""
+    step = 1 if stop >= start else -1
+    w = np.arange(w_first, w_last + 1)
+    block, line = 1, start
+    while (stop - line) * step >= 0:
+        lines = np.arange(line, stop + step, step)[:block]
+        uu, ww = np.repeat(lines, len(w)), np.tile(w, len(lines))
+        x, y = (uu, ww) if axis == "x" else (ww, uu)
+        hits = tester.test(x, y, np.full(len(uu), gid)).reshape(len(lines), len(w)).any(axis=1)
+        if hits.any():
+            return int(lines[np.argmax(hits)])
+        line += step * len(lines)
+        block = min(block * 2, max(1, _SWEEP_PX // len(w)))
+    return None

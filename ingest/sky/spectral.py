@@ -9,6 +9,12 @@ when its centre value lies in [lo, hi]. Comparing in the band's space, never the
 axis's, makes a reversed axis (negative CDELT) and an order-reversing conversion (frequency
 axis, wavelength or velocity band) the same case: the channels are found by value, whatever
 their order.
+
+A velocity axis (VRAD, VOPT, VELO; ZOPT and BETA as optical and relativistic velocities) read
+with a velocity band of its own convention is compared directly, in the band's unit. Any other
+pairing goes through frequency: the axis with the header's rest frequency (a velocity axis
+without one can only be read directly), the band with its own rest frequency or else the
+header's. AWAV (air wavelength) and other types are refused by name.
 """
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ import warnings
 import astropy.units as u
 import numpy as np
 
-from ingest.sky.regions import ChannelRange, SpectralRange
+from ingest.sky.bands import ChannelRange, SpectralRange
 
 _C_M_S = 299_792_458.0
 _VELOCITY_AXES = {"VRAD": "radio", "VOPT": "optical", "VELO": "relativistic", "ZOPT": "optical",
@@ -39,7 +45,7 @@ class SpectralAxis:
         sub = wcs.sub([spec_index + 1])
         self.ctype = str(sub.wcs.ctype[0])
         self.code = self.ctype[:4].upper()
-        self.n = n_channels
+        self.n_channels = n_channels
         unit_text = str(sub.wcs.cunit[0]) or _DEFAULT_UNITS.get(self.code, "")
         self.unit = u.Unit(unit_text) if unit_text else u.dimensionless_unscaled
         with warnings.catch_warnings():
@@ -51,7 +57,7 @@ class SpectralAxis:
 
     def describe(self) -> str:
         ends = self.values[1], self.values[-2]
-        return f"{self.n} channels of {self.ctype}, {ends[0]:.10g}..{ends[1]:.10g} {self.unit}"
+        return f"{self.n_channels} channels of {self.ctype}, {ends[0]:.10g}..{ends[1]:.10g} {self.unit}"
 
     def _velocity_quantity(self):
         """The axis as velocities (m/s) and its Doppler convention."""
@@ -99,7 +105,8 @@ class SpectralAxis:
         groups: dict[tuple, list[int]] = {}
         for i, band in enumerate(bands):
             if isinstance(band, ChannelRange):
-                out[i] = None if band.lo >= self.n else (band.lo, min(band.hi + 1, self.n), band.hi >= self.n)
+                n = self.n_channels
+                out[i] = None if band.lo >= n else (band.lo, min(band.hi + 1, n), band.hi >= n)
                 continue
             try:
                 self.in_band_terms(band)

@@ -37,34 +37,11 @@ def config_world_box(cfg, layout) -> WorldBox | None:
 
 
 def sky_circle(center, radius) -> SkyCircle:
-    """An astropy SkyCoord and an angular Quantity as a SkyCircle in the coordinate's own frame
-    (ICRS, FK5 or Galactic; FK5 at another equinox is taken to J2000 first)."""
-    from astropy import units as u
-
-    frame = center.frame.name
-    if frame == "fk5" and center.frame.equinox != center.frame.__class__().equinox:
-        from astropy.coordinates import FK5
-
-        center = center.transform_to(FK5())
-    if frame == "galactic":
-        lon, lat = center.l.deg, center.b.deg
-    else:
-        lon, lat = center.spherical.lon.deg, center.spherical.lat.deg
-    return SkyCircle(float(lon), float(lat), float(u.Quantity(radius).to_value(u.deg)), frame)
+    """An astropy SkyCoord and an angular Quantity as a SkyCircle (SkyCircle.around)."""
+    return SkyCircle.around(center, radius)
 
 
 def spectral_range(lo, hi, convention: str = "radio", rest=None) -> SpectralRange:
     """Two astropy Quantities (frequency, vacuum wavelength or velocity) as a SpectralRange;
-    `rest`: a frequency Quantity or text for velocities (default: the header's RESTFRQ)."""
-    from astropy import units as u
-
-    lo, hi = u.Quantity(lo), u.Quantity(hi)
-    kinds = {"frequency": u.Hz, "length": u.m, "speed": u.m / u.s}
-    kind = next((k for k, unit in kinds.items() if lo.unit.is_equivalent(unit)), None)
-    if kind is None:
-        raise ValueError(f"spectral range {lo} .. {hi}: expected a frequency, wavelength or velocity")
-    unit = kinds[kind]
-    rest_hz = None if rest is None else float(u.Quantity(rest).to_value(u.Hz))  # text like "1420.4MHz" too
-    name = {"frequency": "frequency", "length": "wavelength", "speed": "velocity"}[kind]
-    return SpectralRange(float(lo.to_value(unit)), float(hi.to_value(unit)), unit.to_string(), name,
-                         convention if name == "velocity" else None, rest_hz)
+    `rest`: a frequency for velocities (default: the header's RESTFRQ). SpectralRange.between."""
+    return SpectralRange.between(lo, hi, convention=convention, rest=rest)
