@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install everything ingest needs on a fresh Debian machine: Open MPI and MPICH (apt; the MPI
 # tests run under both families), the Python package with its test extras (pip), and the real
-# servers the tests start (go install): the Versity S3 Gateway and Toxiproxy. Idempotent: a
-# second run only checks.
+# servers the tests start: the Versity S3 Gateway and Toxiproxy (go install), Ceph's RADOS
+# Gateway (apt). Idempotent: a second run only checks.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 tools_dir=${INGEST_TOOLS_DIR:-$HOME/.local/share/ingest/bin}
@@ -19,6 +19,12 @@ command -v curl >/dev/null 2>&1 || need_apt+=(curl)
   || need_apt+=(munge slurmctld slurmd slurm-client libpmix-dev)  # testbed/cluster --launcher slurm (and slurm-local.sh)
 command -v tinyproxy >/dev/null 2>&1 || need_apt+=(tinyproxy-bin)  # tests: forward proxy; -bin: the binary alone, no service left running
 /usr/bin/python3 -c "import ensurepip, venv" >/dev/null 2>&1 || need_apt+=(python3 python3-venv)  # tests: a user's fresh venv
+# testbed/ceph: a one-node Ceph RGW, the store Acacia runs (Ceph 16.2 on bookworm; ~30 s, no
+# recommends). The test bed starts its own daemons in a temp dir and needs no service the
+# packages may enable; openssl makes the test beds' private CAs.
+{ command -v ceph-mon && command -v ceph-osd && command -v radosgw && command -v radosgw-admin \
+  && command -v monmaptool && command -v ceph; } >/dev/null 2>&1 || need_apt+=(ceph-mon ceph-osd radosgw ceph-common)
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq

@@ -6,7 +6,7 @@ from ingest.staging.upload import DEFAULT_CONCURRENCY, upload_file
 from ingest.transports.s3client import s3_client
 from ingest.units import format_bytes, parse_bytes
 
-_SETTINGS = dict.fromkeys(("endpoint_url", "progress"))
+_SETTINGS = dict.fromkeys(("endpoint_url", "progress", "request_checksum_calculation"))
 
 
 def add_parser(subparsers) -> None:
@@ -32,14 +32,19 @@ def _run(args) -> int:
     given = setting_values(args, _SETTINGS)
     part_bytes = None if args.part_bytes is None else parse_bytes(args.part_bytes, "part_bytes")
     client = None
+    checksum = given["request_checksum_calculation"]
     if given["endpoint_url"]:
-        client = s3_client(max_pool_connections=max(10, args.concurrency), endpoint_url=given["endpoint_url"])
+        extra = {"request_checksum_calculation": checksum} if checksum else {}
+        client = s3_client(max_pool_connections=max(10, args.concurrency), endpoint_url=given["endpoint_url"],
+                           **extra)
     result = upload_file(args.path, args.uri, part_bytes=part_bytes, concurrency=args.concurrency,
-                         progress=given["progress"] is not False, client=client)
+                         progress=given["progress"] is not False, client=client,
+                         request_checksum_calculation=checksum)
     rate = result.object_bytes / result.elapsed_s if result.elapsed_s > 0 else 0.0
     print(
         f"uploaded {args.path} -> s3://{result.bucket}/{result.key}: {format_bytes(result.object_bytes)} "
         f"in {result.n_parts} part(s) of {format_bytes(result.part_bytes)}, "
-        f"{result.elapsed_s:.2f} s ({format_bytes(rate)}/s), ETag {result.etag}"
+        f"{result.elapsed_s:.2f} s ({format_bytes(rate)}/s), ETag {result.etag}, {result.checksum} given to the "
+        f"store to verify"
     )
     return 0

@@ -207,7 +207,12 @@ class RunConfig:
                                  help="longest wait for the next bytes of a response")
     ca_bundle: str | None = _opt(None, commands=OPENERS + ("publish",), unit="path", kind="path", help="PEM file of CAs to trust for TLS")
     verify_tls: bool = _opt(True, commands=OPENERS + ("publish",), kind="bool", help="verify TLS certificates (turn off only for test servers)")
-
+    request_checksum_calculation: str | None = _opt(
+        None, kind="choice", choices=("when_supported", "when_required"), commands=("publish",),
+        help="checksums on uploads (boto3's setting): when_supported = CRC32 on every upload, sent as a header; "
+             "when_required = Content-MD5, which every S3 store verifies (ingest.transports.s3client)",
+        shown_default="AWS_REQUEST_CHECKSUM_CALCULATION, the profile's, else when_supported on AWS's own "
+                      "endpoints and when_required on any other store")
 
     # publish (ingest.driver.publish): regions from every rank written back as one object.
     dest: str | None = _opt(None, unit="s3://bucket/key", kind="path", commands=("publish",) + CUTOUTS,

@@ -59,7 +59,8 @@ class Plan:
 def options_for_store(cfg: RunConfig) -> dict:
     """Connection options for the upload clients, from the config."""
     return {"endpoint_url": cfg.endpoint_url, "verify_tls": cfg.verify_tls, "ca_bundle": cfg.ca_bundle,
-            "connect_timeout": cfg.connect_timeout_s, "read_timeout": cfg.read_timeout_s}
+            "connect_timeout": cfg.connect_timeout_s, "read_timeout": cfg.read_timeout_s,
+            "request_checksum_calculation": cfg.request_checksum_calculation}
 
 
 def _header_layout(cfg: RunConfig, source: str):

@@ -3,10 +3,13 @@ presign, complete, abort) and every rank's `PartUploader` (one part, checksummed
 
 Checksums the store verifies, so a part corrupted between our memory and its disk is refused
 (BadDigest) rather than stored: with the S3 API, CRC32 (`x-amz-checksum-crc32`, the upload
-created with ChecksumAlgorithm CRC32; cheap, and the completed object carries the composite);
-through a presigned URL, Content-MD5, the one checksum header a store accepts unsigned (a
-presigned URL would have to sign `x-amz-checksum-*` in advance, and rank 0 cannot know the
-bytes when it signs). versitygw verifies both, as AWS does.
+created with ChecksumAlgorithm CRC32; cheap, and the completed object carries the composite),
+plus the Content-MD5 that every client made by ingest.transports.s3client adds to a part where
+the store is not known to verify flexible checksums (Ceph RGW Pacific stores a wrong CRC32
+silently and checks only Content-MD5); through a presigned URL, Content-MD5, the one checksum
+header a store accepts unsigned (a presigned URL would have to sign `x-amz-checksum-*` in
+advance, and rank 0 cannot know the bytes when it signs). versitygw verifies both, as AWS does.
+Every checksum goes as a header: no part depends on an `aws-chunked` trailer.
 
 Retrying is ours (ingest.transports.retry's policy), not botocore's: botocore would retry a
 BadDigest four times without saying so, and every retry must count against the same bound.
@@ -123,11 +126,13 @@ def _call(fn, what: str):
 
 def upload_client(max_pool_connections: int, options: dict | None = None):
     """A boto3 client for the upload: botocore's own retries off (ours count). options: endpoint_url,
-    verify_tls, ca_bundle, connect_timeout, read_timeout (None: boto3's chain and defaults)."""
+    verify_tls, ca_bundle, connect_timeout, read_timeout, request_checksum_calculation (None: boto3's
+    chain and defaults; the checksum policy of ingest.transports.s3client, which every part follows)."""
     from ingest.transports.s3client import s3_client
 
     options = options or {}
-    kw = {k: options[k] for k in ("endpoint_url", "connect_timeout", "read_timeout") if options.get(k) is not None}
+    kw = {k: options[k] for k in ("endpoint_url", "connect_timeout", "read_timeout", "request_checksum_calculation")
+          if options.get(k) is not None}
     if options.get("verify_tls") is False:
         kw["verify"] = False
     elif options.get("ca_bundle"):
@@ -238,7 +243,10 @@ class PartUploader:
         if presigned:
             self._pool = _url_pool(slots, options)
         else:  # rank 0 passes its Upload's client: making one costs 0.1-0.2 s
-            self._client = client or upload_client(slots + 1, options)
+            from ingest.transports.s3client import apply_upload_checksums
+
+            # A client made elsewhere still follows the one checksum policy (no aws-chunked trailer).
+            self._client = apply_upload_checksums(client) if client is not None else upload_client(slots + 1, options)
 
     def put(self, number: int, buffer, url: str | None = None) -> PartRecord:
         """Upload part `number` (its bytes in `buffer`) with its checksum; retried per the policy."""

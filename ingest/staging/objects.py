@@ -40,7 +40,7 @@ class PrefixStore:
         from ingest.staging.upload import upload_file
 
         result = upload_file(path, self.uri(name), progress=False, client=self.client)
-        return {"object": self.uri(name), "etag": result.etag}
+        return {"object": self.uri(name), "etag": result.etag, "checksum": result.checksum}
 
     def put_json(self, name: str, document: dict) -> str:
         """Upload a JSON document as PREFIX/name (through put_file: the same checksum policy)."""

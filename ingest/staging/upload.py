@@ -39,6 +39,7 @@ class UploadResult:
     n_parts: int
     elapsed_s: float
     etag: str
+    checksum: str = ""  # what the store was given to verify: "Content-MD5" or "CRC32" (ingest.transports.s3client)
 
 
 def _progress_bar(total_bytes: int, label: str, enabled: bool):
@@ -58,8 +59,14 @@ def _progress_bar(total_bytes: int, label: str, enabled: bool):
 
 
 def upload_file(path: str, s3_uri: str, part_bytes: int | None = None,
-                concurrency: int = DEFAULT_CONCURRENCY, progress: bool = True, client=None) -> UploadResult:
-    """Upload path to s3_uri in parts of part_bytes (default: choose_part_bytes) with concurrency threads (8)."""
+                concurrency: int = DEFAULT_CONCURRENCY, progress: bool = True, client=None,
+                request_checksum_calculation: str | None = None) -> UploadResult:
+    """Upload path to s3_uri in parts of part_bytes (default: choose_part_bytes) with concurrency threads (8).
+
+    Every part (or the single PUT) carries a checksum the store verifies, as a header, per the
+    policy of ingest.transports.s3client, which also governs a `client` given here;
+    request_checksum_calculation (when_supported or when_required) overrides the policy for the
+    client made here (default: the user's AWS setting, else the policy)."""
     from boto3.s3.transfer import TransferConfig
 
     bucket, key = parse_s3_uri(s3_uri)
@@ -72,10 +79,14 @@ def upload_file(path: str, s3_uri: str, part_bytes: int | None = None,
     part = choose_part_bytes(object_bytes, part_bytes)
     n_parts = max(1, math.ceil(object_bytes / part))
 
-    if client is None:
-        from ingest.transports.s3client import s3_client
+    from ingest.transports.s3client import apply_upload_checksums, s3_client
 
-        client = s3_client(max_pool_connections=max(10, concurrency))
+    if client is None:
+        extra = {"request_checksum_calculation": request_checksum_calculation} if request_checksum_calculation else {}
+        client = s3_client(max_pool_connections=max(10, concurrency), **extra)
+    else:
+        apply_upload_checksums(client)
+    checksum = "CRC32" if client.meta.config.request_checksum_calculation == "when_supported" else "Content-MD5"
     config = TransferConfig(
         multipart_threshold=part,  # a file of at most one part goes as a single PUT
         multipart_chunksize=part,
@@ -99,4 +110,4 @@ def upload_file(path: str, s3_uri: str, part_bytes: int | None = None,
         raise TransportError(
             f"{s3_uri}: stored object is {head.get('ContentLength')} B but {path} is {object_bytes} B"
         )
-    return UploadResult(bucket, key, object_bytes, part, n_parts, elapsed_s, head.get("ETag", "").strip('"'))
+    return UploadResult(bucket, key, object_bytes, part, n_parts, elapsed_s, head.get("ETag", "").strip('"'), checksum)
