@@ -97,6 +97,7 @@ def test_bbox_cubelets_under_mpi_exact_manifest_and_resume(s3_server, cube, tmp_
     # A re-run keeps every whole file; a damaged one is cut again.
     victim = out / next(e["file"] for e in manifest["sources"] if e["status"] == "done")
     victim.write_bytes(victim.read_bytes()[:-10] + b"0123456789")
+    (out / ".half written.fits.tmp-99999").write_bytes(b"SIMPLE")  # what a killed run leaves
     proc = cli(args, env)
     assert proc.returncode == 0, proc.stderr
     again = json.loads((tmp_path / "r.json").read_text())

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from ingest.core.cutplan import (batches, box_bytes, first_byte, gather_box, plan_spans, source_order, split_axis,
-                                 split_by_bytes)
+from ingest.core.cutplan import (batches, box_bytes, box_runs, first_byte, gather_box, plan_spans, requests_touching,
+                                 source_order, split_axis, split_by_bytes)
 from ingest.formats.fits import FitsLayout
 
 
@@ -50,6 +50,11 @@ def test_every_box_gathered_from_the_spans_equals_numpy_slicing(case):
     for box in boxes:
         got = gather_box(plan, buffer, layout, box)
         np.testing.assert_array_equal(got, cube[tuple(slice(a, b) for a, b in box)])
+        # The requests carrying its bytes, counted without listing them, against a listing.
+        runs = [(a, b) for a, b in zip(*box_runs(layout, box))]
+        touched = {k for k, (s, e) in enumerate(zip(plan.request_starts, plan.request_stops))
+                   if any(a < e and s < b for a, b in runs)}
+        assert requests_touching(plan, layout, box) == len(touched)
 
     # The requests tile the spans exactly, and overlapping boxes' bytes are read once.
     assert int((plan.request_stops - plan.request_starts).sum()) == plan.wire_bytes
@@ -93,7 +98,7 @@ def test_batches_are_consecutive_and_read_at_most_the_batch_bytes_each():
         boxes.append(((z, z + 2), (y, y + 5), (x, x + 5)))
     order = source_order(layout, boxes, split_axis(boxes, layout.shape))
     for batch_bytes in (1, 500, 4000, 10**9):
-        groups = batches(layout, boxes, order, batch_bytes, max_gap_bytes=64, chunk_bytes=256)
+        groups = batches(layout, boxes, order, batch_bytes, max_gap_bytes=64)
         assert [i for g in groups for i in g] == order
         for g in groups:
             wire = plan_spans(layout, [boxes[i] for i in g], max_gap_bytes=64, chunk_bytes=256).wire_bytes

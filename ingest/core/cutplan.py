@@ -159,12 +159,31 @@ def gather_box(plan: SpanPlan, buffer: np.ndarray, layout: Layout, box: Box) -> 
     if np.any(span_of < 0) or np.any(offsets + lat.run_bytes > plan.span_stops[span_of]):
         raise RegionError(f"box {box}: some of its bytes are not in this plan's spans")
     at = plan.buffer_positions[span_of] + (offsets - plan.span_starts[span_of])
-    if len(at) == 1 or np.all(np.diff(at) == lat.run_bytes):  # one stretch of the buffer
-        flat = buffer[at[0]: at[0] + len(at) * lat.run_bytes]
-    else:
-        flat = buffer[(at[:, None] + np.arange(lat.run_bytes, dtype=np.int64)).reshape(-1)]
     shape = tuple(b - a for a, b in box)
+    if len(at) == 1 or np.all(np.diff(at) == lat.run_bytes):  # one stretch of the buffer
+        return buffer[at[0]: at[0] + len(at) * lat.run_bytes].view(layout.raw_dtype).reshape(shape)
+    item = layout.itemsize
+    if np.all(at % item == 0):  # runs start on whole voxels of the buffer: index voxels, not bytes
+        voxels = buffer[: len(buffer) - len(buffer) % item].view(layout.raw_dtype)
+        return voxels[(at[:, None] // item + np.arange(lat.run_bytes // item, dtype=np.int64)).reshape(-1)].reshape(shape)
+    flat = buffer[(at[:, None] + np.arange(lat.run_bytes, dtype=np.int64)).reshape(-1)]
     return flat.view(layout.raw_dtype).reshape(shape)
+
+
+def requests_touching(plan: SpanPlan, layout: Layout, box: Box) -> int:
+    """How many of the plan's requests carry bytes of `box` (its runs ascend, and so do the
+    requests: the [first, last] request intervals of the runs are merged and counted)."""
+    lat = lattice_for(layout, box_selection(box, layout.shape))
+    offsets = run_offsets(lat)
+    first = np.searchsorted(plan.request_stops, offsets, side="right")
+    last = np.searchsorted(plan.request_starts, offsets + lat.run_bytes, side="left") - 1
+    reach = np.maximum.accumulate(last)
+    new = np.empty(len(first), dtype=bool)
+    new[0] = True
+    new[1:] = first[1:] > reach[:-1]
+    starts = first[new]
+    ends = np.concatenate((reach[np.flatnonzero(new)[1:] - 1], reach[-1:]))
+    return int((ends - starts + 1).sum())
 
 
 def split_by_bytes(weights_bytes, n_ranks: int) -> list[tuple[int, int]]:
@@ -206,18 +225,35 @@ def source_order(layout: Layout, boxes, axis: int) -> list[int]:
     return sorted(range(len(boxes)), key=keys.__getitem__)
 
 
-def batches(layout: Layout, boxes, order, batch_bytes: int, *, max_gap_bytes: int, chunk_bytes: int) -> list[list[int]]:
-    """`order` (indices into boxes) cut into consecutive batches whose span plans read at most
+def box_runs(layout: Layout, box: Box) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, stops) of a box's runs in the object, ascending."""
+    lat = lattice_for(layout, box_selection(box, layout.shape))
+    offsets = run_offsets(lat)
+    return offsets, offsets + lat.run_bytes
+
+
+def box_spans(layout: Layout, box: Box, max_gap_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """A box's runs merged with the gap rule: the spans it would be read in alone. Merging is
+    associative (two runs join when a chain of gaps of at most max_gap_bytes links them), so the
+    spans of many boxes are the merge of their boxes' spans: a batch is priced from a few spans
+    per box, not from every run."""
+    starts, stops, _ = _union(*box_runs(layout, box), max_gap_bytes)
+    return starts, stops
+
+
+def batches(layout: Layout, boxes, order, batch_bytes: int, *, max_gap_bytes: int) -> list[list[int]]:
+    """`order` (indices into boxes) cut into consecutive batches whose spans read at most
     batch_bytes (shared bytes counted once): the buffer one batch needs. A batch holds at least one
-    box, so a box larger than batch_bytes is a batch of its own. Each batch is the longest prefix
-    that fits, found by doubling and then bisecting (plans are arithmetic on the boxes' runs)."""
-    order = list(order)
+    box, so a box larger than batch_bytes is a batch of its own. Each batch is the longest run of
+    boxes that fits, found by doubling and then bisecting over the boxes' own spans (box_spans)."""
+    order = [int(i) for i in order]
+    spans = [box_spans(layout, boxes[i], max_gap_bytes) for i in order]
     out, start = [], 0
 
     def fits(stop: int) -> bool:
-        plan = plan_spans(layout, [boxes[i] for i in order[start:stop]], max_gap_bytes=max_gap_bytes,
-                          chunk_bytes=chunk_bytes)
-        return plan.wire_bytes <= batch_bytes
+        merged = _union(np.concatenate([a for a, _ in spans[start:stop]]),
+                        np.concatenate([b for _, b in spans[start:stop]]), max_gap_bytes)
+        return int((merged[1] - merged[0]).sum()) <= batch_bytes
 
     while start < len(order):
         good, step = start + 1, 1

@@ -77,14 +77,17 @@ class RankSink:
         return os.path.join(self.directory, name)
 
     def done(self, path: str, entry: dict) -> dict:
-        """A cut-out written whole at `path`: upload it (with dest), journal it; its manifest entry."""
+        """A cut-out written whole at `path`: uploaded (with dest); its manifest entry."""
         if self.store is not None:
             entry.update(self.store.put_file(path, os.path.basename(path)))
             if not self.keep_local:
                 os.unlink(path)
-        if self.journal is not None:
-            self.journal.add(entry)
         return entry
+
+    def journal_many(self, entries: list[dict]) -> None:
+        """Journal a batch's finished cut-outs (in output_dir; a store's are found by their ETags)."""
+        if self.journal is not None and entries:
+            self.journal.add(entries)
 
     def close(self) -> None:
         if self.journal is not None:

@@ -2,31 +2,29 @@
 
 Rank 0 reads the header and the catalogue, turns each source into a pixel box (its world region
 through the cube's WCS, or SoFiA-2's bounding box plus a margin), drops the cut-outs an earlier
-run left whole, and splits the rest over the ranks in object order, balanced by bytes
-(`core.cutplan`). Each rank then reads its sources in batches: one batch is one set of requests
-whose bytes shared by neighbouring or overlapping cut-outs are read once, and each cut-out is
-written whole or not at all. Rank 0 gathers the records into manifest.json and the report.
+run left whole, and splits the rest over the ranks in contiguous stretches along the axis the
+boxes reach least far, balanced by bytes (`core.cutplan`). Each rank then reads its sources in
+batches (`cutout_rank`): one batch is one set of requests whose bytes shared by neighbouring or
+overlapping cut-outs are read once, and each cut-out is written whole or not at all. Rank 0
+gathers the records into manifest.json and the report.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
-import numpy as np
 from mpi4py import MPI
 
 from ingest.config import RunConfig
 from ingest.config.settings import configured_settings, resolve_settings, retry_policy, transport_options, tunable
-from ingest.core.cutplan import (batches, box_bytes, box_selection, gather_box, plan_spans, source_order, split_axis,
-                                 split_by_bytes)
-from ingest.core.lattice import UNLIMITED_GAP
+from ingest.core.cutplan import box_bytes, box_selection, source_order, split_axis, split_by_bytes
+from ingest.core.lattice import UNLIMITED_GAP, make_plan
 from ingest.core.linkprobe import LATENCY_THREADS
 from ingest.driver import cutout_sinks as sinks
 from ingest.driver.cutout_progress import Progress, Reporter
-from ingest.driver.cutout_sources import CutoutSource, cube_sources
+from ingest.driver.cutout_rank import cut_rank
+from ingest.driver.cutout_sources import cube_sources
 from ingest.driver.mpi import all_agree_or_raise, root_step
 from ingest.driver.source import ensure_lifetime, resolve_source
-from ingest.engine.executor import run_requests
 from ingest.formats.reader import read_any_layout_timed
 from ingest.outputs import cutouts as outputs
 from ingest.outputs.report import cube_from_layout, write_report
@@ -57,21 +55,14 @@ class CutoutJob:
         return ".h5" if self.layout.kind == "hdf5" else ".fits"
 
 
-def _choice_text(layout, boxes, gap_bytes: int, chunk_bytes: int, axis: int, n_ranks: int) -> str:
-    """What the plan reads and why, for the report: the whole job as one span plan (cheap: it is
-    arithmetic on the boxes' runs)."""
-    if layout.storage != "contiguous":
-        return f"{layout.storage} data: each cut-out read through its chunks (no span merging)"
-    plan = plan_spans(layout, boxes, max_gap_bytes=gap_bytes, chunk_bytes=chunk_bytes)
-    share = plan.wire_bytes / layout.data_bytes
-    shape = ("the whole data as one span" if len(plan.span_starts) == 1 and share > 0.999
-             else f"{len(plan.span_starts)} spans covering {share:.1%} of the data")
-    split = (f"; ranks split by numpy axis {axis} (the axis the cut-outs reach least far along), "
-             f"balanced by bytes" if n_ranks > 1 else "")
-    return (f"{shape} for the whole job{split}: the runs of all {len(boxes)} cut-outs merged wherever the gap "
-            f"between them is at most {gap_bytes} bytes (where reading a gap costs less than another request: "
-            f"latency x bandwidth, or max_gap_bytes), {plan.needed_bytes} bytes needed, {plan.wire_bytes} read "
-            f"(amplification {plan.wire_bytes / max(1, plan.needed_bytes):.3f})")
+def _choice_text(gap_bytes: int, axis: int, n_ranks: int, n_sources: int) -> str:
+    """How the job reads, and why, for the report (what it read is in the ranks' records)."""
+    split = (f"ranks split by numpy axis {axis} (the axis the cut-outs reach least far along, so ranks share "
+             f"the fewest bytes), balanced by bytes; " if n_ranks > 1 else "")
+    return (f"{split}each batch of a rank's {n_sources // max(1, n_ranks)}-odd cut-outs read as one set of spans: "
+            f"their runs merged wherever the gap between them is at most {gap_bytes} bytes (where reading a gap "
+            f"costs less than another request: latency x bandwidth, or max_gap_bytes), so shared bytes are read "
+            f"once and dense cut-outs read long spans, up to the whole object")
 
 
 def _gap_bytes(cfg: RunConfig, settings) -> int:
@@ -106,11 +97,9 @@ def prepare(cfg: RunConfig, n_ranks: int) -> CutoutJob:
     boxes = [sources[i].box for i in todo]
     axis = split_axis(boxes, layout.shape) if todo else 0
     todo = [todo[k] for k in source_order(layout, boxes, axis)] if todo else []
-    wire = [_alone_wire_bytes(layout, sources[i].box, settings, gap) for i in todo]
-    parts = split_by_bytes(wire, n_ranks)
+    parts = split_by_bytes([box_bytes(sources[i].box, layout.itemsize) for i in todo], n_ranks)
     assignment = tuple(tuple(todo[a:b]) for a, b in parts)
-    choice = (_choice_text(layout, [sources[i].box for i in todo], gap, settings.chunk_bytes, axis, n_ranks) if todo
-              else "nothing to read")
+    choice = _choice_text(gap, axis, n_ranks, len(todo)) if todo else "nothing to read"
     if method == "presigned":
         read_source = ensure_lifetime(read_source, signer_args, 3600.0, cfg)
     return CutoutJob(read_source, method, layout, info, signer_args, settings, tuple(sources), tuple(todo),
@@ -124,123 +113,11 @@ def outputs_cube(layout, info) -> dict:
 
 
 def _alone_wire_bytes(layout, box, settings, gap_bytes: int) -> int:
-    """Bytes one cut-out would put on the wire read alone: what splits and batches it."""
+    """Bytes one cut-out would put on the wire read alone (the lattice plan's closed form)."""
     if layout.storage != "contiguous":
         return box_bytes(box, layout.itemsize)
-    return plan_spans(layout, [box], max_gap_bytes=gap_bytes, chunk_bytes=settings.chunk_bytes).wire_bytes
-
-
-def _read_batch(transport, job: CutoutJob, cfg: RunConfig, boxes):
-    """One batch's boxes read as one set of requests: (the boxes' raw arrays, the plan, stats)."""
-    layout, s = job.layout, job.settings
-    if layout.storage != "contiguous":
-        from ingest.api.read import plan_with, read_selection
-        from ingest.core.selection import box_to_region
-
-        out, total = [], None
-        for box in boxes:
-            sel, plan = plan_with(layout, box_to_region(box), s)
-            raw, stats = read_selection(transport, layout, sel, plan, convert=False, threads=s.threads,
-                                        retry=retry_policy(cfg))
-            out.append(raw)
-            total = stats if total is None else _add_stats(total, stats)
-        return out, None, total
-    plan = plan_spans(layout, boxes, max_gap_bytes=job.max_gap_bytes, chunk_bytes=s.chunk_bytes)
-    buffer = np.empty(plan.buffer_bytes, np.uint8)
-    at = plan.request_buffer_offsets()
-
-    def one(i, worker):
-        n = int(plan.request_stops[i] - plan.request_starts[i])
-        yield memoryview(buffer)[int(at[i]): int(at[i]) + n], int(plan.request_starts[i])
-        return n
-
-    stats = run_requests(plan.n_requests, one, transport, needed_bytes=plan.needed_bytes,
-                         buffer_bytes=s.chunk_bytes, wire_bytes=plan.wire_bytes, threads=s.threads,
-                         retry=retry_policy(cfg))
-    return [gather_box(plan, buffer, layout, box) for box in boxes], plan, stats
-
-
-def _add_stats(a, b):
-    a.requests += b.requests
-    a.bytes_wire += b.bytes_wire
-    a.bytes_needed += b.bytes_needed
-    a.retries += b.retries
-    return a
-
-
-def _requests_touching(plan, layout, box) -> int:
-    """How many of the batch's requests carry bytes of this box."""
-    if plan is None:
-        return 0
-    from ingest.core.cutplan import run_offsets
-    from ingest.core.lattice import lattice_for
-
-    lat = lattice_for(layout, box_selection(box, layout.shape))
-    offsets = run_offsets(lat)
-    first = np.searchsorted(plan.request_stops, offsets, side="right")
-    last = np.searchsorted(plan.request_starts, offsets + lat.run_bytes, side="left") - 1
-    touched = np.unique(np.concatenate([np.arange(f, l + 1) for f, l in zip(first.tolist(), last.tolist())]))
-    return int(len(touched))
-
-
-def _write(sink, job: CutoutJob, source: CutoutSource, raw) -> tuple[str, int]:
-    path = sink.path(source.file_stem + job.ext)
-    if job.layout.kind == "hdf5":
-        from ingest.outputs.h5files import write_h5_subcube
-
-        write_h5_subcube(path, job.layout, source.box, raw, source_label=job.layout.source)
-        return path, os.path.getsize(path)
-    from ingest.outputs.subcubes import write_cutout
-
-    return path, write_cutout(path, source.box, raw, job.layout, object_name=source.name)
-
-
-def cut_rank(comm, cfg: RunConfig, job: CutoutJob, progress=None) -> tuple[list[dict], dict]:
-    """Every rank: its sources in batches; (manifest entries, the rank's record)."""
-    rank = comm.Get_rank()
-    mine = list(job.assignment[rank])
-    layout = job.layout
-    entries, requests, wire, needed, n_batches = [], 0, 0, 0, 0
-    t0 = MPI.Wtime()
-    if not mine:
-        return entries, _record(rank, t0, entries, requests, wire, needed, n_batches)
-    options = {}
-    if job.method == "presigned" and job.signer_args is not None:
-        from ingest.transports.presign import url_signer
-
-        options["refresh_url"] = url_signer(*job.signer_args)
-    sink = sinks.RankSink(cfg, rank)
-    my_boxes = [job.sources[i].box for i in mine]
-    plan_batches = (batches(layout, my_boxes, range(len(mine)), cfg.cutout_batch_bytes, max_gap_bytes=job.max_gap_bytes,
-                            chunk_bytes=job.settings.chunk_bytes) if layout.storage == "contiguous"
-                    else [[k] for k in range(len(mine))])
-    try:
-        with open_transport(job.read_source, job.method, threads=job.settings.threads, **transport_options(cfg),
-                            **options) as transport:
-            transport.adopt(job.info)
-            for batch in plan_batches:
-                chosen = [job.sources[mine[k]] for k in batch]
-                arrays, plan, stats = _read_batch(transport, job, cfg, [s.box for s in chosen])
-                n_batches += 1
-                requests, wire, needed = requests + stats.requests, wire + stats.bytes_wire, needed + stats.bytes_needed
-                batch_needed = sum(box_bytes(s.box, layout.itemsize) for s in chosen)
-                for source, raw in zip(chosen, arrays):
-                    path, nbytes = _write(sink, job, source, raw)
-                    entry = source.entry(os.path.basename(path), nbytes, outputs.file_crc32(path),
-                                         requests=_requests_touching(plan, layout, source.box),
-                                         wire_bytes=round(stats.bytes_wire * box_bytes(source.box, layout.itemsize)
-                                                          / max(1, batch_needed)))
-                    entries.append(sink.done(path, entry))
-                if progress is not None:
-                    progress(len(chosen), stats.bytes_wire)
-    finally:
-        sink.close()
-    return entries, _record(rank, t0, entries, requests, wire, needed, n_batches)
-
-
-def _record(rank: int, t0: float, entries, requests: int, wire: int, needed: int, n_batches: int) -> dict:
-    return {"rank": rank, "elapsed_s": MPI.Wtime() - t0, "sources": len(entries), "requests": requests,
-            "bytes_wire": wire, "bytes_needed": needed, "batches": n_batches, "host": MPI.Get_processor_name()}
+    return make_plan(layout, box_selection(box, layout.shape), strategy="auto", chunk_bytes=settings.chunk_bytes,
+                     max_gap_bytes=gap_bytes, cost=settings.cost).wire_bytes
 
 
 def cutouts(comm, cfg: RunConfig) -> dict | None:
@@ -291,7 +168,9 @@ def _report(cfg, job: CutoutJob, done, records, makespan_s: float, prep_s: float
         "settings": {"threads": job.settings.threads, "chunk_bytes": job.settings.chunk_bytes,
                      "max_gap_bytes": job.max_gap_bytes, "batch_bytes": cfg.cutout_batch_bytes,
                      "memory_bound_bytes": _memory_bound_bytes(cfg, job)},
-        "plan": {"choice": job.plan_choice},
+        "plan": {"choice": job.plan_choice, "spans": sum(r.get("spans", 0) for r in records),
+                 "read_share_of_data": wire / max(1, job.layout.data_bytes),
+                 "buffer_bytes_max": max((r.get("buffer_bytes_max", 0) for r in records), default=0)},
         "totals": {"sources": len(job.sources), "done": len(done), "kept": len(job.kept), "skipped": len(skipped),
                    "requests": requests, "bytes_wire": wire, "bytes_needed": sum(r["bytes_needed"] for r in records),
                    "requests_per_source": requests / n, "bytes_wire_per_source": wire / n},

@@ -44,8 +44,9 @@ class Journal:
         self.path = os.path.join(out_dir, _JOURNAL.format(rank=rank))
         self._fh = open(self.path, "a", encoding="utf-8")
 
-    def add(self, entry: dict) -> None:
-        self._fh.write(json.dumps(entry) + "\n")
+    def add(self, entries: list[dict]) -> None:
+        """Record finished cut-outs (one flush and fsync for all of them)."""
+        self._fh.write("".join(json.dumps(entry) + "\n" for entry in entries))
         self._fh.flush()
         os.fsync(self._fh.fileno())
 
@@ -81,6 +82,7 @@ def finished(out_dir: str, cube: dict) -> dict[str, dict]:
         check_cube(manifest, cube, os.path.join(out_dir, NAME))
         entries = [e for e in manifest.get("sources", []) if e.get("status") == "done"]
     entries += _journal_entries(out_dir)
+    _remove_leftover_temps(out_dir)
     kept = {}
     for entry in entries:
         path = os.path.join(out_dir, entry["file"])
@@ -97,6 +99,15 @@ def check_cube(manifest: dict, cube: dict, where: str) -> None:
         if old.get(key) != cube.get(key):
             raise ConfigError(f"{where}: cut from another version of the cube ({key} was {old.get(key)!r}, "
                               f"now {cube.get(key)!r}); choose another destination or remove the old cut-outs")
+
+
+def _remove_leftover_temps(out_dir: str) -> None:
+    """Cut-outs a killed run left under their temporary names (`.NAME.tmp-PID`): never renamed,
+    so never whole; rank 0 removes them before any rank of this run writes."""
+    for path in glob.glob(os.path.join(out_dir, ".*.tmp-*")):
+        name = os.path.basename(path)
+        if name[1:].rpartition(".tmp-")[0].endswith((".fits", ".h5")):
+            remove_quietly(path)
 
 
 def write_manifest(out_dir: str, manifest: dict) -> str:

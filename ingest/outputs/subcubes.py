@@ -23,6 +23,7 @@ then renamed, so a file with the final name is always complete; a crash leaves a
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -120,6 +121,12 @@ def as_primary(header: fits.Header, ndim: int) -> fits.Header:
     return header
 
 
+@functools.lru_cache(maxsize=4)
+def _parsed_header(header_text: str) -> fits.Header:
+    """The HDU's header parsed once per cube: thousands of cut-outs copy it, not parse it again."""
+    return fits.Header.fromstring(header_text)
+
+
 def subcube_header(layout: FitsLayout, box, *, object_name: str | None = None, extra_cards=None) -> fits.Header:
     """Primary header for `box` (numpy-order pairs) of the HDU `layout` describes.
 
@@ -137,7 +144,7 @@ def subcube_header(layout: FitsLayout, box, *, object_name: str | None = None, e
         raise FitsFormatError(f"{what}: layout carries no header text; cannot write a subcube header")
     pairs = _check_box(box, layout.shape, what)
     ndim = len(layout.shape)
-    header = as_primary(fits.Header.fromstring(layout.header_text), ndim)
+    header = as_primary(_parsed_header(layout.header_text).copy(), ndim)
 
     has_wcs = any(_WCS_KEY.match(key) for key in header.keys())
     for n in range(1, ndim + 1):
@@ -239,13 +246,15 @@ def cutout_parts(layout: FitsLayout, box, *, object_name: str | None = None, ext
 
 
 def write_cutout(path, box, raw: np.ndarray, layout: FitsLayout, *, object_name: str | None = None,
-                 extra_cards=None) -> int:
+                 extra_cards=None, batch=None) -> int:
     """Write `box` (numpy-order pairs) of the cube, `raw` (its RAW stored values, layout.raw_dtype,
     shape = box extents), as one FITS file at `path`: header (CRPIXn shifted, OBJECT =
     `object_name` when given, `extra_cards` added), data, then the BEAMS table cut to the box when
     the cube has one. Atomic: a temporary name beside `path`, fsync, rename; an exception leaves
-    nothing at `path` (an old file there stays whole). Returns the bytes written. An HDF5 source's
-    box is written as HDF5, OBJECT and the extra cards as attributes."""
+    nothing at `path` (an old file there stays whole). With `batch` (ingest.atomic.DurableBatch) the
+    file waits under its temporary name until the batch is published, with many others, by one
+    sync. Returns the bytes written. An HDF5 source's box is written as HDF5, OBJECT and the extra
+    cards as attributes."""
     path = os.fspath(path)
     pairs = _check_box(box, layout.shape, path)
     extents = tuple(b - a for a, b in pairs)
@@ -268,7 +277,8 @@ def write_cutout(path, box, raw: np.ndarray, layout: FitsLayout, *, object_name:
     padding = b"\0" * (-data.nbytes % BLOCK_BYTES)  # data padding is zeros (FITS 3.3.2)
     # The temp name holds our pid: a file already there is a dead process's leftover (pid
     # reuse) and safe to overwrite.
-    with atomic_write(path, _tmp_path(path)) as fh:
+    writer = atomic_write if batch is None else batch.write
+    with writer(path, _tmp_path(path)) as fh:
         fh.write(head)
         flat = data.reshape(-1).view(np.uint8)  # a view: a 30 GiB subcube is not copied
         for start in range(0, flat.size, _WRITE_BYTES):
