@@ -24,7 +24,8 @@ from ingest.transports import open_transport
 
 
 def _read_spans(transport, job, cfg: RunConfig, boxes):
-    """A batch of boxes of contiguous data as one span plan: (raw arrays, plan, stats)."""
+    """A batch of boxes of contiguous data as one span plan: (each box's raw array, gathered from
+    the buffer only when asked for, so a rank holds one cut-out beside the buffer; plan; stats)."""
     s = job.settings
     plan = plan_spans(job.layout, boxes, max_gap_bytes=job.max_gap_bytes, chunk_bytes=s.chunk_bytes)
     buffer = np.empty(plan.buffer_bytes, np.uint8)
@@ -37,7 +38,7 @@ def _read_spans(transport, job, cfg: RunConfig, boxes):
 
     stats = run_requests(plan.n_requests, one, transport, needed_bytes=plan.needed_bytes, buffer_bytes=s.chunk_bytes,
                          wire_bytes=plan.wire_bytes, threads=s.threads, retry=retry_policy(cfg))
-    return [gather_box(plan, buffer, job.layout, box) for box in boxes], plan, stats
+    return (gather_box(plan, buffer, job.layout, box) for box in boxes), plan, stats
 
 
 def _read_chunked(transport, job, cfg: RunConfig, boxes):
@@ -59,7 +60,7 @@ def _read_chunked(transport, job, cfg: RunConfig, boxes):
     return arrays, None, total
 
 
-def _write(sink, job, source, raw, batch: DurableBatch) -> str:
+def _write(sink, job, source, raw, batch: DurableBatch, headers) -> str:
     path = sink.path(source.file_stem + job.ext)
     if job.layout.kind == "hdf5":
         from ingest.outputs.h5files import write_h5_subcube
@@ -68,7 +69,7 @@ def _write(sink, job, source, raw, batch: DurableBatch) -> str:
     else:
         from ingest.outputs.subcubes import write_cutout
 
-        write_cutout(path, source.box, raw, job.layout, object_name=source.name, batch=batch)
+        write_cutout(path, source.box, raw, job.layout, object_name=source.name, batch=batch, headers=headers)
     return path
 
 
@@ -114,6 +115,11 @@ def cut_rank(comm, cfg: RunConfig, job, progress=None) -> tuple[list[dict], dict
               if contiguous else [[k] for k in range(len(mine))])
     read = _read_spans if contiguous else _read_chunked
     sink, durable = sinks.RankSink(cfg, rank), DurableBatch()
+    headers = None
+    if layout.kind == "fits":
+        from ingest.outputs.cutout_headers import CutoutHeaders
+
+        headers = CutoutHeaders(layout)
     try:
         with open_transport(job.read_source, job.method, threads=job.settings.threads, **transport_options(cfg),
                             **options) as transport:
@@ -122,7 +128,8 @@ def cut_rank(comm, cfg: RunConfig, job, progress=None) -> tuple[list[dict], dict
                 chosen = [job.sources[mine[k]] for k in group]
                 arrays, plan, stats = read(transport, job, cfg, [s.box for s in chosen])
                 tally.add(stats, plan)
-                paths = [_write(sink, job, source, raw, durable) for source, raw in zip(chosen, arrays)]
+                paths = [_write(sink, job, source, raw, durable, headers) for source, raw in zip(chosen, arrays)]
+                arrays = None  # the batch's buffer goes with its last reference
                 durable.publish()
                 batch_needed = sum(box_bytes(s.box, layout.itemsize) for s in chosen)
                 done = []

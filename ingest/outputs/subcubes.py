@@ -246,15 +246,16 @@ def cutout_parts(layout: FitsLayout, box, *, object_name: str | None = None, ext
 
 
 def write_cutout(path, box, raw: np.ndarray, layout: FitsLayout, *, object_name: str | None = None,
-                 extra_cards=None, batch=None) -> int:
+                 extra_cards=None, batch=None, headers=None) -> int:
     """Write `box` (numpy-order pairs) of the cube, `raw` (its RAW stored values, layout.raw_dtype,
     shape = box extents), as one FITS file at `path`: header (CRPIXn shifted, OBJECT =
     `object_name` when given, `extra_cards` added), data, then the BEAMS table cut to the box when
     the cube has one. Atomic: a temporary name beside `path`, fsync, rename; an exception leaves
     nothing at `path` (an old file there stays whole). With `batch` (ingest.atomic.DurableBatch) the
     file waits under its temporary name until the batch is published, with many others, by one
-    sync. Returns the bytes written. An HDF5 source's box is written as HDF5, OBJECT and the extra
-    cards as attributes."""
+    sync. `headers` (ingest.outputs.cutout_headers.CutoutHeaders of this cube) makes the header by
+    patching cards, for many cut-outs (not with extra_cards). Returns the bytes written. An HDF5
+    source's box is written as HDF5, OBJECT and the extra cards as attributes."""
     path = os.fspath(path)
     pairs = _check_box(box, layout.shape, path)
     extents = tuple(b - a for a, b in pairs)
@@ -272,7 +273,11 @@ def write_cutout(path, box, raw: np.ndarray, layout: FitsLayout, *, object_name:
     if raw.dtype.kind != want.kind or raw.dtype.itemsize != want.itemsize:
         raise IngestError(f"{path}: data dtype {raw.dtype} is not the stored dtype {want} "
                           f"(BITPIX {layout.bitpix}); pass raw values, not scaled ones")
-    head, tail = cutout_parts(layout, pairs, object_name=object_name, extra_cards=extra_cards)
+    if headers is not None and extra_cards is None:
+        beams = layout.box_beams(pairs)
+        head, tail = headers.head(pairs, object_name), (beams.to_bytes() if beams is not None else b"")
+    else:
+        head, tail = cutout_parts(layout, pairs, object_name=object_name, extra_cards=extra_cards)
     data = np.ascontiguousarray(raw, dtype=want)  # big-endian, C order: the FITS byte stream
     padding = b"\0" * (-data.nbytes % BLOCK_BYTES)  # data padding is zeros (FITS 3.3.2)
     # The temp name holds our pid: a file already there is a dead process's leftover (pid
