@@ -149,3 +149,15 @@ def test_dest_puts_every_cutout_and_the_manifest_into_the_store_and_resumes_from
     proc = cli(args, env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "r.json").read_text())["totals"]["kept"] == 5
+
+
+def test_plan_prices_a_catalogues_cutouts_before_any_data_moves(s3_server, cube, tmp_path):
+    catalogue = _bbox_catalogue(tmp_path / "cat.csv", ROWS)
+    proc = cli(["plan", cube["s3"], "--catalogue", catalogue, "--ranks", "2", "--json"], child_env(s3_server))
+    assert proc.returncode == 0, proc.stderr
+    planned = json.loads(proc.stdout)["catalogue"]
+    assert (planned["sources"], planned["cut"], planned["skipped"]) == (6, 5, 1)
+    assert planned["requests"] > 0 and planned["bytes_wire"] > 0 and planned["prediction"]["ranks"] == 2
+    assert planned["prediction"]["makespan_s"] > 0 and planned["prediction"]["binding"]
+    text = cli(["plan", cube["s3"], "--catalogue", catalogue], child_env(s3_server))
+    assert "catalogue: 5 cut-outs (1 skipped) of 6 sources" in text.stdout

@@ -151,6 +151,12 @@ def _plan(args) -> int:
         job["summary"]["site"] = site.as_dict() if site is not None else None
     if job is not None:
         summary["job"] = job["summary"]
+    if cfg.catalogue:  # the cut-out job of a catalogue, priced on the job's ranks (one by default)
+        from ingest.driver.cutout_plan import plan_catalogue
+
+        topology = job["topology"] if job is not None else job_topology(1, None, cores, site)[0]
+        priced = job["priced"] if job is not None else settings
+        summary["catalogue"] = plan_catalogue(cfg, layout, priced, topology, priced.shared)
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -188,6 +194,8 @@ def _plan(args) -> int:
         print(f"  request {i}: bytes [{req.offset}, {req.offset + req.nbytes})  {format_bytes(req.nbytes)}")
     if plan.n_requests > args.requests > 0:
         print(f"  ... {plan.n_requests - args.requests} more")
+    if "catalogue" in summary:
+        _print_catalogue(summary["catalogue"])
     return 0
 
 
@@ -237,7 +245,16 @@ def _job(cfg, settings, layout, topology: Topology, endpoint: str | None, pricin
                "warnings": warnings}
     return {"summary": summary, "prediction": prediction, "reason": reason, "regions": regions,
             "assignment": assignment, "settings": settings, "facts": (*pricing.facts, *placement),
-            "warnings": warnings}
+            "warnings": warnings, "topology": topology, "priced": _priced_with(settings, alone, shared)}
+
+
+def _print_catalogue(c: dict) -> None:
+    p = c["prediction"]
+    print(f"catalogue: {c['cut']} cut-outs ({c['skipped']} skipped) of {c['sources']} sources: {c['requests']} requests, "
+          f"{format_bytes(c['bytes_wire'])} on the wire for {format_bytes(c['bytes_needed'])} of cut-outs "
+          f"({c['read_share_of_data']:.1%} of the data; {c['requests_per_source']:.2f} requests and "
+          f"{format_bytes(c['bytes_wire_per_source'])} a source); predicted makespan {p['makespan_s']:.3g} s "
+          f"on {p['ranks']} rank(s), bound by {p['binding']}")
 
 
 def _priced_with(settings, alone, shared):

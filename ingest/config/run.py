@@ -137,25 +137,25 @@ class RunConfig:
                                       help="rest frequency for velocities, e.g. 1420.405752MHz",
                                       shown_default="the header's RESTFRQ/RESTFREQ")
     # cutouts (ingest.driver.cutouts): every source of a catalogue cut out of the cube.
-    catalogue: str | None = _opt(None, unit="path", kind="path", commands=CUTOUTS,
+    catalogue: str | None = _opt(None, unit="path", kind="path", commands=CUTOUTS + ("plan",),
                                  help="cutouts: the source catalogue: SoFiA-2's ASCII or VOTable, or any table astropy "
                                       "reads (CSV, ECSV, VOTable, FITS) (required)")
-    size: str | None = _opt(None, kind="str", commands=CUTOUTS, unit="radius and half width, or bbox+MARGIN",
+    size: str | None = _opt(None, kind="str", commands=CUTOUTS + ("plan",), unit="radius and half width, or bbox+MARGIN",
                             help="cutouts: each cut-out's size: '5arcmin 300km/s' (a radius about ra/dec and a half "
                                  "width about the source's frequency or velocity), 'bbox+10' (SoFiA-2's box plus a "
                                  "margin in pixels), or per-source columns 'column:RADIUS,column:HALFWIDTH'",
                             shown_default="bbox+10 where the catalogue has x_min..z_max")
-    columns: str | None = _opt(None, kind="str", commands=CUTOUTS, unit="ROLE=COLUMN,...",
+    columns: str | None = _opt(None, kind="str", commands=CUTOUTS + ("plan",), unit="ROLE=COLUMN,...",
                                help="cutouts: name catalogue columns whose names are not the usual ones, e.g. "
                                     "ra=RAJ2000,dec=DEJ2000,name=ID", shown_default="recognised by name")
-    sofia_par: str | None = _opt(None, kind="path", commands=CUTOUTS, unit="path",
+    sofia_par: str | None = _opt(None, kind="path", commands=CUTOUTS + ("plan",), unit="path",
                                  help="cutouts: the SoFiA-2 parameter file of a one-region catalogue: its input.region "
                                       "places the pixel columns in the full cube, as SoFiA-X does",
                                  shown_default="pixel columns are of the full cube")
-    region_offset: str | None = _opt(None, kind="str", commands=CUTOUTS, unit="pixels x,y,z",
+    region_offset: str | None = _opt(None, kind="str", commands=CUTOUTS + ("plan",), unit="pixels x,y,z",
                                      help="cutouts: add this to the catalogue's pixel columns (a region's origin)",
                                      shown_default="0,0,0")
-    cutout_batch_bytes: int = _opt(256 << 20, unit="bytes", kind="bytes", low=1, commands=CUTOUTS,
+    cutout_batch_bytes: int = _opt(256 << 20, unit="bytes", kind="bytes", low=1, commands=CUTOUTS + ("plan",),
                                    help="cutouts: bytes one batch of cut-outs may read at once (its buffer); the "
                                         "rank's memory is about this plus threads x chunk_bytes")
     report: str | None = _opt(None, unit="path", kind="path", commands=JOBS + CUTOUTS + ("publish",), help="write the JSON report here")

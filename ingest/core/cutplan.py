@@ -100,7 +100,7 @@ class SpanPlan:
                 "read_amplification": round(self.wire_bytes / self.needed_bytes, 4) if self.needed_bytes else 1.0}
 
 
-def _union(starts: np.ndarray, stops: np.ndarray, max_gap_bytes: int) -> tuple[np.ndarray, np.ndarray, int]:
+def merge_runs(starts: np.ndarray, stops: np.ndarray, max_gap_bytes: int) -> tuple[np.ndarray, np.ndarray, int]:
     """Merge [start, stop) runs whose gap is at most max_gap_bytes: (span starts, stops, union bytes)."""
     order = np.argsort(starts, kind="stable")
     starts, stops = starts[order], stops[order]
@@ -146,7 +146,7 @@ def plan_spans(layout: Layout, boxes, *, max_gap_bytes: int, chunk_bytes: int) -
         offsets = run_offsets(lat)
         starts.append(offsets)
         stops.append(offsets + lat.run_bytes)
-    span_starts, span_stops, union_bytes = _union(np.concatenate(starts), np.concatenate(stops), max_gap_bytes)
+    span_starts, span_stops, union_bytes = merge_runs(np.concatenate(starts), np.concatenate(stops), max_gap_bytes)
     req_starts, req_stops = _cut(span_starts, span_stops, chunk_bytes)
     return SpanPlan(span_starts, span_stops, req_starts, req_stops, union_bytes, max_gap_bytes, chunk_bytes)
 
@@ -237,7 +237,7 @@ def box_spans(layout: Layout, box: Box, max_gap_bytes: int) -> tuple[np.ndarray,
     associative (two runs join when a chain of gaps of at most max_gap_bytes links them), so the
     spans of many boxes are the merge of their boxes' spans: a batch is priced from a few spans
     per box, not from every run."""
-    starts, stops, _ = _union(*box_runs(layout, box), max_gap_bytes)
+    starts, stops, _ = merge_runs(*box_runs(layout, box), max_gap_bytes)
     return starts, stops
 
 
@@ -251,7 +251,7 @@ def batches(layout: Layout, boxes, order, batch_bytes: int, *, max_gap_bytes: in
     out, start = [], 0
 
     def fits(stop: int) -> bool:
-        merged = _union(np.concatenate([a for a, _ in spans[start:stop]]),
+        merged = merge_runs(np.concatenate([a for a, _ in spans[start:stop]]),
                         np.concatenate([b for _, b in spans[start:stop]]), max_gap_bytes)
         return int((merged[1] - merged[0]).sum()) <= batch_bytes
 

@@ -65,7 +65,7 @@ def _choice_text(gap_bytes: int, axis: int, n_ranks: int, n_sources: int) -> str
             f"once and dense cut-outs read long spans, up to the whole object")
 
 
-def _gap_bytes(cfg: RunConfig, settings) -> int:
+def gap_bytes(cfg: RunConfig, settings) -> int:
     """The largest gap between two cut-outs' runs that one request reads over: the config's, else
     what its strategy implies (small: none; large and intermediate: any), else the cost model's
     break-even gap (a request's latency x bandwidth), whatever plan the tuner chose for one box."""
@@ -93,7 +93,7 @@ def prepare(cfg: RunConfig, n_ranks: int) -> CutoutJob:
             largest = max(todo, key=lambda i: box_bytes(sources[i].box, layout.itemsize))
             settings = resolve_settings(cfg, transport, layout, box_selection(sources[largest].box, layout.shape),
                                         header=header)
-    gap = _gap_bytes(cfg, settings)
+    gap = gap_bytes(cfg, settings)
     boxes = [sources[i].box for i in todo]
     axis = split_axis(boxes, layout.shape) if todo else 0
     todo = [todo[k] for k in source_order(layout, boxes, axis)] if todo else []
