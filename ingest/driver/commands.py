@@ -109,6 +109,8 @@ def run(comm, cfg: RunConfig | Mapping | None = None, **options) -> RankResult:
     cfg = config_for(cfg, options, "ingest.driver.run")
     from mpi4py import MPI
 
+    from ingest.outputs import report as reports
+
     rank = comm.Get_rank()
     if cfg.compare == "staging":
         root_step(comm, check_stage_with, cfg.stage_with, cfg.source)  # before the direct read, not after
@@ -140,9 +142,7 @@ def run(comm, cfg: RunConfig | Mapping | None = None, **options) -> RankResult:
 
         baseline = measure_staging(comm, cfg, job)["baseline"]
     elif cfg.baseline and rank == 0:
-        from ingest.outputs.report import baseline_from_report
-
-        baseline = baseline_from_report(cfg.baseline)
+        baseline = reports.baseline_from_report(cfg.baseline)
     report = None
     if rank == 0:
         report = ReportFacts(cfg, job).build(records, mode="direct", baseline=baseline,
