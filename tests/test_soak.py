@@ -278,3 +278,23 @@ def test_ctrl_c_finishes_the_current_row_as_interrupted_and_prints_the_summary(s
 
 def test_example_soak_config_is_a_valid_run_config():
     soak._check_run_args(["--config", os.path.join(ROOT, "configs", "soak.toml")])
+
+
+def test_an_mpi_singleton_in_the_soaking_process_does_not_break_the_launcher(tmp_path):
+    # mpi4py used as a library (ingest.cutouts() in a notebook) leaves PMIX_* variables in the
+    # C-level environment; a child mpiexec that inherits them exits 1 silently.
+    script = f"""
+import sys
+from mpi4py import MPI
+assert MPI.COMM_WORLD.Get_size() == 1
+from ingest.study.children import StopFlag, run_child
+with StopFlag() as stop:
+    outcome, status, _ = run_child(["mpiexec", "-n", "2", "--oversubscribe", "--bind-to", "none",
+                                    sys.executable, "-c", "pass"],
+                                   timeout_s=120, stop=stop, stderr_path={str(tmp_path / "err.txt")!r})
+print(outcome, status)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180,
+                          cwd=ROOT, env={**os.environ, **MPI_ENV})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["None", "0"], (done.stdout, (tmp_path / "err.txt").read_text())

@@ -112,6 +112,10 @@ def run_child(argv: list[str], *, timeout_s: float, stop: StopFlag, stderr_path:
     stopped, else None (the caller judges the exit status and the child's report)."""
     t0 = time.monotonic()
     outcome = None
+    # The child gets os.environ, never the C-level environment inherited when env is None: an
+    # in-process MPI singleton (mpi4py used as a library) sets PMIX_* and OMPI_MCA_ess there, and
+    # an mpiexec launched under them exits 1 at once, with nothing on stderr.
+    env = dict(os.environ) if env is None else env
     with open(stderr_path, "wb") as err:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                                 start_new_session=True, env=env, cwd=cwd)
