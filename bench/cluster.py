@@ -7,7 +7,10 @@ ingest run|stage` on its nodes, ranks spread round-robin (`--map-by node`). The 
 ingest/testbed/cluster/limits.py's, the one the study's figures draw: the cell's wire bytes
 through the binding pipe (node NIC, store egress, shared filesystem) at the payload rate its
 frames leave a TCP reader, plus one latency; staging
-adds the whole cube's copy through node 0 (s5cmd on rank 0). The bottleneck column is the
+adds the whole cube's copy through node 0 (s5cmd on rank 0). "x carried limit" is the cell's time over
+the study's limit instead (ingest.study.summary.row_limit): the bytes each capped link carried
+(its counters, sampled while the cell ran: read-ahead, headers and retries included) over its
+rate, the largest plus one latency; staging's is the copy's plus the read's. The bottleneck column is the
 limit's binding term, or "client CPU" when the cell ran at over CPU_BOUND_RATIO x its limit
 while this machine's cores were at least CPU_BUSY busy (sampled from /proc/stat over the read).
 
@@ -33,6 +36,8 @@ if __package__ in (None, ""):  # run as a file: make `bench` importable
 
 from bench import common
 from ingest.driver.mpi import cpus
+from ingest.study import links
+from ingest.study.summary import row_limit
 from ingest.testbed.cluster import Cluster, load_spec, unavailable_reason
 from ingest.testbed.cluster.limits import spec_limit
 from ingest.testbed.signals import unwind_on_signals
@@ -118,8 +123,9 @@ def _cell(cluster: Cluster, url: str, shape, workload: str, method: str, ranks: 
     import subprocess
 
     t_start = time.time()
-    proc = subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
-                          stdin=subprocess.DEVNULL)
+    with links.meter_for(cluster) as meter:  # what each capped link carried, for the carried limit
+        proc = subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL)
     shutil.rmtree(stage_here, ignore_errors=True)
     row = {"workload": workload, "method": method, "nodes": nodes, "ranks": ranks, "queue": cluster.spec.queue,
            "ranks_per_node": math.ceil(ranks / nodes), "wall_s": time.time() - t_start}
@@ -162,6 +168,13 @@ def _cell(cluster: Cluster, url: str, shape, workload: str, method: str, ranks: 
     limit_s, binding = lim.seconds, lim.binding
     if cpu_floor_s is not None and cpu_floor_s > limit_s:
         limit_s, binding = cpu_floor_s, "client CPU"
+    # The study's limit (ingest.study.summary.row_limit): the bytes each link carried over its rate.
+    carried = links.phase_bytes(meter, cluster, staged=method == "staging", read_s=window,
+                                stage_s=row.get("stage_s"))
+    carried_lim = row_limit({"link_bytes": carried}, cluster.spec, "store" if method == "direct" else "staging")
+    if carried_lim is not None:
+        row.update(carried_limit_s=carried_lim.seconds, carried_binding=carried_lim.binding,
+                   carried_ratio=row["makespan_s"] / carried_lim.seconds, link_bytes=carried)
     row.update(pipe_limit_s=lim.seconds, limit_s=limit_s, limit_binding=binding, limit_terms_s=lim.terms_s,
                client_cpu_s=client_cpu_s, cpu_floor_s=cpu_floor_s, ratio=row["makespan_s"] / limit_s,
                cpu_busy=sampler.busy(end - window, end))
@@ -269,7 +282,7 @@ def to_markdown(results: dict) -> str:
             order.get(kv[0][0], 9), order.get(kv[0][1], 9), kv[0][2], kv[0][3])):
         ok = [r for r in rs if r["status"] == "ok"]
         if not ok:
-            body.append([workload, method, nodes, ranks, "failed", *["-"] * 10])
+            body.append([workload, method, nodes, ranks, "failed", *["-"] * 11])
             continue
         med = statistics.median
         r0 = ok[0]
@@ -281,6 +294,7 @@ def to_markdown(results: dict) -> str:
                      f"{med(r.get('pipe_limit_s', r['limit_s']) for r in ok):.3f}",
                      f"{med(r['cpu_floor_s'] for r in ok):.3f}" if all(r.get("cpu_floor_s") for r in ok) else "-",
                      f"{med(r['ratio'] for r in ok):.2f}",
+                     f"{med(r['carried_ratio'] for r in ok):.2f}" if all(r.get("carried_ratio") for r in ok) else "-",
                      f"{med(r['bytes_wire'] for r in ok) / common.MiB:.1f}",
                      f"{med(r['bytes_needed'] for r in ok) / common.MiB:.2f}", r0["limit_binding"],
                      f"{r0['bottleneck']} (cpu {med((r['cpu_busy'] or 0) for r in ok):.0%})"])
@@ -293,7 +307,7 @@ def to_markdown(results: dict) -> str:
         head += "\n\nPartial: the run was stopped; these are the cells it finished."
     return "\n".join([head, "", common.markdown_table(
         ["workload", "method", "nodes", "ranks", "makespan s", "predicted s", "measured / predicted", "model binds",
-         "pipes' limit s", "client CPU floor s", "x limit", "wire MiB", "needed MiB",
+         "pipes' limit s", "client CPU floor s", "x limit", "x carried limit", "wire MiB", "needed MiB",
          "limit binds",
          "bottleneck"], body)])
 

@@ -18,6 +18,13 @@ at its parts' ends, so each part is taken to move its bytes evenly. Two windows 
 The core on a shared link puts a flow's fast tail inside it: on the emulated cluster's 10 MB/s
 node pipe (2 ranks, 8 flows) it gave 12.8-13.4 MB/s where the jobs got 9.5.
 
+Both place a stream's warm-up evenly between its start and its body's first byte, which a shared
+pipe does not: where the streams' bodies queue behind each other (a node's flows through one FIFO
+leaf), their warm-ups were all served early, and the span counted warm-up bytes inside it that
+the pipe had carried before it opened (a 5 MB/s egress measured at up to 5.5 on a loaded
+machine). What a shared pipe was certainly seen to carry (carried_window) counts no byte outside
+its window: the bodies over their span, or every byte over the whole round.
+
 The span also holds requests (requests_inside): the streams that began their bodies after it
 opened asked for both their parts inside it, and the model takes their time out at the request
 rate the round measured (ingest.core.sharing.SharedRound).
@@ -30,17 +37,25 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class StreamSpan:
-    """One stream of a round, in seconds from the round's start (its barrier)."""
+    """One stream of a round, in seconds from the round's start (the first rank's start)."""
 
     warmup_bytes: int
     first_s: float  # the first byte of its second request
     end_s: float  # its last byte
     body_bytes: int
+    start_s: float = 0.0  # its first request (its rank's start: 0 for the first rank, later for a late one)
+
+    def later(self, offset_s: float) -> "StreamSpan":
+        """The same stream with every time offset_s later: a rank's spans, timed from its own
+        start, on the axis of a round whose first rank started offset_s before it."""
+        return StreamSpan(self.warmup_bytes, self.first_s + offset_s, self.end_s + offset_s, self.body_bytes,
+                          self.start_s + offset_s)
 
     def bytes_between(self, lo_s: float, hi_s: float) -> float:
         """The bytes this stream moved in [lo_s, hi_s], each part's taken as flowing evenly."""
         moved = 0.0
-        for start, stop, nbytes in ((0.0, self.first_s, self.warmup_bytes), (self.first_s, self.end_s, self.body_bytes)):
+        for start, stop, nbytes in ((self.start_s, self.first_s, self.warmup_bytes),
+                                    (self.first_s, self.end_s, self.body_bytes)):
             inside = min(stop, hi_s) - max(start, lo_s)
             if nbytes and inside > 0:
                 moved += nbytes * inside / (stop - start) if stop > start else nbytes
@@ -102,3 +117,19 @@ def overlap_s(spans) -> float:
     if not spans:
         return 0.0
     return min(s.end_s for s in spans) - max(s.first_s for s in spans)
+
+
+def carried_window(spans) -> tuple[int, float]:
+    """(bytes, seconds) a pipe the streams share was certainly seen to carry: the bodies over their
+    span (each body's bytes arrive after its first byte: all inside), or every byte over the whole
+    round (from the first stream's start, before any request was sent), whichever gives the
+    higher rate. Each is at most what the pipe carried over its window (the first misses the
+    warm-ups that overlapped it, the second counts the start-up as pipe time), so the higher of
+    the two is too; (0, 0.0) when no stream had a body."""
+    spans = _with_body(spans)
+    if not spans:
+        return 0, 0.0
+    lo_s, hi_s = min(s.first_s for s in spans), max(s.end_s for s in spans)
+    bodies = (sum(s.body_bytes for s in spans), hi_s - lo_s)
+    whole = (sum(s.warmup_bytes + s.body_bytes for s in spans), hi_s - min(s.start_s for s in spans))
+    return max((bodies, whole), key=lambda w: w[0] / w[1] if w[1] > 0 else 0.0)

@@ -325,6 +325,8 @@ class SharedRound:
     steady_s: float = 0.0  # their time, the first stream's first body byte to the last stream's last
     overlap_s: float = 0.0  # how long every stream's body flowed at once (core.rounds.overlap_s): < 0, not at all
     steady_requests: int = 0  # requests made inside the steady window (core.rounds.requests_inside)
+    start_skew_s: float = 0.0  # how long after the first rank the last one started reading
+    carried: tuple = (0, 0.0)  # (bytes, seconds) the pipe was certainly seen to carry (core.rounds.carried_window)
 
     @property
     def requests_per_s(self) -> float | None:
@@ -357,6 +359,13 @@ class SharedRound:
         return self.total_bytes / max(self.wall_s, 1e-9)
 
     @property
+    def carried_bytes_per_s(self) -> float:
+        """What the round's shared pipe was certainly seen to carry (no byte counted outside its
+        window); bytes_per_s where the round did not time it so."""
+        nbytes, seconds = self.carried
+        return nbytes / seconds if nbytes and seconds > 0 else self.bytes_per_s
+
+    @property
     def bytes_per_s(self) -> float:
         """window_bytes_per_s less the time the window's requests took (steady_requests_s)."""
         if self.steady_bytes and self.steady_s > 0:
@@ -375,6 +384,7 @@ class SharedRound:
                 "small_requests": self.small_requests, "small_wall_s": round(self.small_wall_s, 6),
                 "steady_bytes": self.steady_bytes, "steady_s": round(self.steady_s, 6),
                 "overlap_s": round(self.overlap_s, 6), "steady_requests": self.steady_requests,
+                "start_skew_s": round(self.start_skew_s, 6), "carried_bytes_per_s": round(self.carried_bytes_per_s),
                 "window_bytes_per_s": round(self.window_bytes_per_s)}
 
 
@@ -424,9 +434,10 @@ def shared_from_rounds(alone: CostModel, rounds, fallback: SharedCapacity) -> Sh
     node added up, its pipe is what they got (the most it was seen to carry); where the nodes
     added up, no egress binds at that count. A pipe no round loaded keeps `fallback`'s figure.
 
-    A shared pipe carries at least what one rank got through it alone: a short round that got
+    A node's pipe carries at least what one rank got through it alone: a short round that got
     less measured its own start-up (threads, first requests, ranks scheduled late on busy
-    cores), not the pipe, so rank 0's probe is its floor."""
+    cores), not the pipe, so rank 0's probe is its floor. The egress is what the nodes round
+    was certainly seen to carry, alone (its ranks on one clock: probe_rounds.on_one_clock)."""
     node, egress, cpu_bound = fallback.node_bytes_per_s, fallback.egress_bytes_per_s, fallback.node_cpu_bound
     requests = fallback.requests_per_s
     node_request_s, egress_request_s = fallback.node_request_s, fallback.egress_request_s
@@ -442,11 +453,17 @@ def shared_from_rounds(alone: CostModel, rounds, fallback: SharedCapacity) -> Sh
             r.bytes_per_s, False)
         node_request_s = r.pipe_s_per_request if node == r.bytes_per_s else 0.0  # not where the floor set it
     if "nodes" in by_name:
+        # The egress is what every node reading at once was certainly seen to get through it
+        # (carried_bytes_per_s: no byte counted outside its window), with no floor from rank 0's
+        # probe: that read one node's path over short windows, which a first flight (bytes that
+        # arrive with the reply's headers) or two streams served one after the other (each timed
+        # from its own first byte) make faster than the pipe; a floor above the pipe is no floor.
         r = by_name["nodes"]
-        alone_bps = alone.bandwidth(r.streams)
-        per_node = min(alone_bps * r.ranks / r.nodes, node or float("inf"))
-        egress = max(r.bytes_per_s, alone_bps) if r.bytes_per_s < SCALING_FRACTION * r.nodes * per_node else None
-        egress_request_s = r.pipe_s_per_request if egress == r.bytes_per_s else 0.0
+        per_node = min(alone.bandwidth(r.streams) * r.ranks / r.nodes, node or float("inf"))
+        seen = r.carried_bytes_per_s
+        egress = seen if seen < SCALING_FRACTION * r.nodes * per_node else None
+        # The carried figure kept its requests' time in its window: none to charge back.
+        egress_request_s = r.pipe_s_per_request if egress is not None and not r.carried[0] else 0.0
     for r in rounds:
         # Ranks whose small requests took longer together than one rank's alone would (its
         # latency, overlapped as far as its probe saw) were waiting on a shared request rate.

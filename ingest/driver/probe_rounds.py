@@ -11,10 +11,11 @@ their sizes are rank 0's choice (ingest.driver.job), within the probe's budget.
 from __future__ import annotations
 
 import socket
+import time
 from dataclasses import dataclass
 
 from ingest.core.cost import CostModel
-from ingest.core.rounds import overlap_s, requests_inside, steady_window
+from ingest.core.rounds import carried_window, overlap_s, requests_inside, steady_window
 from ingest.core.sharing import SharedCapacity, SharedRound, Topology, alone_from_rounds, shared_from_rounds
 from ingest.core.tuning import streams_add_up
 from ingest.driver.mpi import cpus, quiet_barrier, root_step
@@ -90,9 +91,30 @@ def _timed(fn) -> dict:
 
 
 def _bulk(transport, order: RoundOrder, k: int) -> dict:
+    started_s = time.time()  # where this rank's spans start, on a clock the ranks share (on_one_clock)
     read = timed_parallel_read(transport, order.offsets[k], order.bytes_per_rank, order.streams)
     return {"host": socket.gethostname(), "wall_s": read.wall_s, "cpu_s": read.cpu_s, "small_s": 0.0,
-            "spans": read.spans, "cores": len(cpus())}
+            "spans": read.spans, "cores": len(cpus()), "started_s": started_s}
+
+
+def on_one_clock(results: list[dict]) -> tuple[list[float], bool]:
+    """Each rank's start, in seconds after the first rank's, and whether they could be told.
+
+    A rank times its streams from its own start, and ranks leave the round's barrier together
+    only on idle cores: on a loaded machine one starts up to tens of ms after another. Laid on
+    one axis by each rank's own clock, a late rank's bytes would seem to cross the pipe while
+    the others' did, and the window would be shorter than the time the pipe carried them. So
+    every rank notes its start on the wall clock, one clock on a machine and NTP's on a cluster,
+    and its spans are moved by its start's offset from the first rank's. Clocks that disagree by
+    more than the round lasted do not time one round: then every rank is taken to have started
+    at once (offsets 0, False), as before."""
+    starts_s = [r.get("started_s") for r in results]
+    if any(s is None for s in starts_s):
+        return [0.0] * len(results), False
+    offsets_s = [s - min(starts_s) for s in starts_s]
+    if max(offsets_s) > max(r["wall_s"] for r in results):
+        return [0.0] * len(results), False
+    return offsets_s, True
 
 
 def _small(transport, order: RoundOrder, k: int) -> tuple[int, float]:
@@ -118,15 +140,17 @@ class Crew:
         if not results or any("error" in r for r in results):
             return None
         hosts = {r["host"]: r["cores"] for r in results}
-        wall_s = max(r["wall_s"] for r in results)
+        # Every rank's spans moved to the first rank's start: the window is when the pipe carried the bytes.
+        offsets_s, _ = on_one_clock(results)
+        wall_s = max(offset_s + r["wall_s"] for offset_s, r in zip(offsets_s, results))
         busy = sum(r["cpu_s"] for r in results) / max(wall_s * sum(hosts.values()), 1e-9)
-        # Every rank's spans are timed from its own exit from the round's barrier, which all leave together.
-        spans = [span for r in results for span in r["spans"]]
+        spans = [span.later(offset_s) for offset_s, r in zip(offsets_s, results) for span in r["spans"]]
         return SharedRound(order.name, len(results), len(hosts), order.streams,
                            order.bytes_per_rank * len(results), wall_s, busy, sum(r.get("small_n", 0) for r in results),
                            max(r["small_s"] for r in results), *steady_window(spans, order.flows_capped),
                            overlap_s=overlap_s(spans),
-                           steady_requests=requests_inside(spans, order.flows_capped) if order.requests_out else 0)
+                           steady_requests=requests_inside(spans, order.flows_capped) if order.requests_out else 0,
+                           start_skew_s=max(offsets_s), carried=carried_window(spans))
 
 
 def _order(comm, order=None):

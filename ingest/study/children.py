@@ -89,7 +89,8 @@ def stderr_excerpt(path: str) -> str:
 
 
 def report_facts(path: str) -> dict:
-    """Row columns from a run's JSON report: aggregate sums plus per-rank resume/fault counts."""
+    """Row columns from a run's JSON report: aggregate sums plus per-rank resume/fault counts, and
+    each rank's host (on a cluster, its node's name)."""
     from ingest.outputs.report import load_report
 
     report = load_report(path)
@@ -99,7 +100,8 @@ def report_facts(path: str) -> dict:
         for kind, count in (r.get("faults") or {}).items():
             faults[kind] = faults.get(kind, 0) + int(count)
     resumed = agg.get("resumed_bytes")
-    return {"ranks": len(ranks), "makespan_s": agg.get("makespan_s"), "bytes_needed": agg.get("bytes_needed"),
+    return {"ranks": len(ranks), "nodes": [r.get("host") for r in ranks],
+            "makespan_s": agg.get("makespan_s"), "bytes_needed": agg.get("bytes_needed"),
             "bytes_wire": agg.get("bytes_wire"), "requests": agg.get("requests"), "retries": agg.get("retries"),
             "resumed_bytes": resumed if resumed is not None else sum(int(r.get("resumed_bytes") or 0) for r in ranks),
             "faults": faults}

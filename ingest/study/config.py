@@ -6,7 +6,8 @@ job starts (a typo should cost a second, not the first hour of a 25-node allocat
 
     [study]            source, endpoint_url, repeats, launcher, run_timeout_s, threads, boxes,
                        grid, stage_dir, run_args, setting; or [study.embedded] for a local server + cube
-    [study.cluster]    spec (a cluster TOML), nodes, ranks_per_node: with setting = "cluster"
+    [study.cluster]    spec (a cluster TOML), nodes, ranks_per_node, and [study.cluster.store|node|fs]
+                       overriding the spec's rates: with setting = "cluster"
     [processes]        ranks, methods (presigned, s3, staging), scaling (weak|strong), stage_with
     [threads]          threads, method
     [strategies]       strategies, method
@@ -45,7 +46,9 @@ _KEYS: dict[str, dict[str, tuple]] = {
     "study.embedded": {"shape": ("str", "256x256x64"), "bitpix": ("bitpix", -32), "bucket": ("str", "study"),
                  "key": ("str", "cube.fits")},
     # the emulated cluster (ingest.testbed.cluster): its spec file, nodes and slots overridden here
-    "study.cluster": {"spec": ("str", None), "nodes": ("int", None), "ranks_per_node": ("int", None)},
+    # and its rates overridden by tables of the spec's own (store, node, fs: ingest.testbed.cluster.spec)
+    "study.cluster": {"spec": ("str", None), "nodes": ("int", None), "ranks_per_node": ("int", None),
+                      "store": ("table", None), "node": ("table", None), "fs": ("table", None)},
     "processes": {"ranks": ("ints", None), "methods": ("strs", ["presigned", "s3", "staging"]),
                   "scaling": ("str", "weak"), "stage_with": ("strs", ["auto"]), "threads": ("int", None),
                   "repeats": ("int", None)},
@@ -225,10 +228,14 @@ def _cluster(study: dict, embedded, table: dict | None, tables: dict, links, nam
             os.path.join(os.path.dirname(name), path)):
         path = os.path.join(os.path.dirname(name), path)  # relative to the study config
     over = {k: table[k] for k in ("nodes", "ranks_per_node") if table[k] is not None}
+    overrides = {"cluster": over} if over else {}
+    overrides.update({k: table[k] for k in ("store", "node", "fs") if table[k] is not None})
     try:
-        return load_spec(path, {"cluster": over} if over else None)
+        return load_spec(path, overrides or None)
     except ConfigError as exc:
-        raise ConfigError(f"study.cluster.spec: {exc}") from None
+        rates = [k for k in ("store", "node", "fs") if table[k] is not None]
+        where = f" (with [study.cluster.{'], [study.cluster.'.join(rates)}] over it)" if rates else ""
+        raise ConfigError(f"study.cluster.spec: {exc}{where}") from None
 
 
 def load_config(path: str) -> StudyConfig:

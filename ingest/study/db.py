@@ -49,6 +49,8 @@ CREATE TABLE IF NOT EXISTS runs (
     report_path   TEXT,              -- relative to the study directory
     command       TEXT    NOT NULL,  -- shell-quoted, redacted
     stderr_head   TEXT,              -- first and last lines of stderr when not ok, redacted
+    nodes         TEXT,              -- JSON [host of each rank's node], from the report
+    link_bytes    TEXT,              -- JSON {phase: {link: bytes}}: what each capped link carried (cluster)
     PRIMARY KEY (cell, repeat)
 );
 CREATE TABLE IF NOT EXISTS meta (
@@ -58,7 +60,11 @@ CREATE TABLE IF NOT EXISTS meta (
 """
 COLUMNS = ("cell", "experiment", "params", "method", "ranks", "threads", "link", "repeat", "seq", "status",
            "exit_status", "started_utc", "host", "runtime_s", "elapsed_s", "stage_s", "total_s", "bytes_needed",
-           "bytes_wire", "requests", "retries", "faults", "tool", "report_path", "command", "stderr_head")
+           "bytes_wire", "requests", "retries", "faults", "tool", "report_path", "command", "stderr_head", "nodes",
+           "link_bytes")
+# Columns later versions added, with their types: a study database an older version made gets them
+# (empty) when opened, so a resumed study records them and the report reads old and new rows alike.
+ADDED_COLUMNS = {"nodes": "TEXT", "link_bytes": "TEXT"}
 
 
 def connect(path: str) -> sqlite3.Connection:
@@ -66,6 +72,11 @@ def connect(path: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S)
     conn.row_factory = sqlite3.Row
     conn.executescript(SCHEMA_SQL)
+    have = {r["name"] for r in conn.execute("PRAGMA table_info(runs)")}
+    for name, kind in ADDED_COLUMNS.items():
+        if name not in have:
+            conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
+    conn.commit()
     return conn
 
 
@@ -98,6 +109,8 @@ def rows(conn: sqlite3.Connection, experiment: str | None = None) -> list[dict]:
         d = dict(r)
         d["params"] = json.loads(d["params"])
         d["faults"] = json.loads(d["faults"]) if d["faults"] else {}
+        d["nodes"] = json.loads(d["nodes"]) if d["nodes"] else []
+        d["link_bytes"] = json.loads(d["link_bytes"]) if d["link_bytes"] else {}
         out.append(d)
     return out
 

@@ -20,7 +20,7 @@ import time
 from datetime import datetime, timezone
 
 from ingest.errors import ConfigError, IngestError
-from ingest.study import db
+from ingest.study import db, links
 from ingest.study.config import StudyConfig, load_config
 from ingest.study.matrix import Cell, build_cells, default_boxes, schedule
 from ingest.study.setting import Setting, launcher_template, open_setting, staging_tools
@@ -164,16 +164,21 @@ class Study:
                "ranks": cell.ranks, "threads": cell.params.get("threads"), "link": cell.link, "repeat": repeat,
                "seq": seq, "started_utc": _utc_now(), "host": socket.gethostname(),
                "command": redact_text(shlex.join(argv))}
+        meter = links.meter_for(self.setting.cluster)  # what each capped link carried (a cluster's runs)
         try:
-            outcome, row["exit_status"], row["runtime_s"] = run_child(
-                argv, timeout_s=self.cfg.study["run_timeout_s"], stop=stop, stderr_path=stderr_path,
-                env=self.setting.env_for(cell.link))
+            with meter:
+                outcome, row["exit_status"], row["runtime_s"] = run_child(
+                    argv, timeout_s=self.cfg.study["run_timeout_s"], stop=stop, stderr_path=stderr_path,
+                    env=self.setting.env_for(cell.link))
         finally:
             shutil.rmtree(stage_here, ignore_errors=True)  # a staged copy per cell would fill the disk
         note = ""
         if outcome is None and row["exit_status"] == 0:
             try:
                 row.update(self._facts(cell, report_path))
+                if self.setting.cluster is not None:
+                    row["link_bytes"] = links.phase_bytes(meter, self.setting.cluster, staged=cell.kind == "stage",
+                                                          read_s=row["elapsed_s"], stage_s=row.get("stage_s"))
                 outcome = "ok"
             except (IngestError, KeyError, TypeError, ValueError, OSError) as exc:
                 outcome, note = "failed", f"study: exit status 0 but no usable report: {exc}\n"
@@ -195,7 +200,7 @@ class Study:
                     "params": {**cell.params, "cache_result": rep["cache"], "cache_reason": rep.get("cache_reason"),
                                "crc32": rep.get("crc32")}}
         facts = report_facts(report_path)
-        out = {k: facts[k] for k in ("bytes_needed", "bytes_wire", "requests", "retries", "faults")}
+        out = {k: facts[k] for k in ("bytes_needed", "bytes_wire", "requests", "retries", "faults", "nodes")}
         if cell.kind != "stage":
             return {**out, "elapsed_s": facts["makespan_s"], "total_s": facts["makespan_s"]}
         from ingest.outputs.report import load_report

@@ -212,13 +212,43 @@ class LimitLine:
     binding: dict = field(default_factory=dict)
 
 
-def _limit_line(label: str, rows: list[dict], spec, source: str, x, object_bytes=None) -> LimitLine:
+def row_limit(row: dict, spec, source: str):
+    """One run's limit from what its links carried (its link_bytes, recorded on the cluster), or
+    None when it has none: source "store" (a direct read), "fs" (the staged read), "copy" (the
+    staging copy) or "staging" (copy + read)."""
+    from ingest.testbed.cluster.limits import Limit, carried_limit
+
+    carried = row.get("link_bytes") or {}
+    if source in ("store", "fs"):
+        return carried_limit(carried["read"], spec, "direct" if source == "store" else "staged") \
+            if "read" in carried else None
+    if "copy" not in carried or (source == "staging" and "read" not in carried):
+        return None
+    copy = carried_limit(carried["copy"], spec, "copy")
+    if source == "copy":
+        return copy
+    read = carried_limit(carried["read"], spec, "staged")
+    return Limit(copy.seconds + read.seconds, copy.binding if copy.seconds >= read.seconds else read.binding,
+                 {"copy": copy.seconds, "read": read.seconds})
+
+
+def limit_line(label: str, rows: list[dict], spec, source: str, x, object_bytes=None) -> LimitLine:
+    """At each x the median of the ok runs' limits from what their links carried; where a run
+    recorded none (a study before link_bytes), from the median wire bytes (the bytes asked)."""
     from ingest.testbed.cluster.limits import spec_limit
 
     line = LimitLine(label)
     for xv, xrows in sorted(groups(rows, x).items()):
+        ok = [r for r in xrows if r["status"] == "ok"]
+        carried = [lim for r in ok if (lim := row_limit(r, spec, source)) is not None]
+        if ok and len(carried) == len(ok):
+            carried.sort(key=lambda lim: lim.seconds)
+            middle = carried[(len(carried) - 1) // 2]
+            line.seconds[xv] = statistics.median(lim.seconds for lim in carried)
+            line.binding[xv] = middle.binding
+            continue
         wire = median_of(xrows, "bytes_wire") or median_of(xrows, "bytes_needed")
-        if wire is None:
+        if wire is None or source == "copy":
             continue
         lim = spec_limit(spec, wire, ranks_of(xrows[0]), source=source, object_bytes=object_bytes)
         line.seconds[xv], line.binding[xv] = lim.seconds, lim.binding
@@ -227,7 +257,7 @@ def _limit_line(label: str, rows: list[dict], spec, source: str, x, object_bytes
 
 def limit_lines(fig: str, rows: list[dict], meta: dict | None) -> list[LimitLine]:
     """The physical limit of each of a figure's series, for a study run on the emulated cluster
-    (meta "cluster": its spec); [] elsewhere. Bytes: each point's median wire bytes."""
+    (meta "cluster": its spec); [] elsewhere. Bytes: what each link carried (row_limit)."""
     if not (meta or {}).get("cluster"):
         return []
     from ingest.testbed.cluster.limits import spec_from_record
@@ -236,20 +266,20 @@ def limit_lines(fig: str, rows: list[dict], meta: dict | None) -> list[LimitLine
     object_bytes = (meta.get("cube") or {}).get("object_bytes")
     staged = of(rows, "processes", method="staging")
     if fig == "fig1":
-        return [_limit_line("limit: staged read (fs or node NIC) + latency", staged, spec, "fs", ranks_of)]
+        return [limit_line("limit: staged read (fs or node NIC) + latency", staged, spec, "fs", ranks_of)]
     if fig == "fig2":
-        return [_limit_line("limit: S3 read (store egress or node NIC) + latency", of(rows, "processes", method="s3"),
+        return [limit_line("limit: S3 read (store egress or node NIC) + latency", of(rows, "processes", method="s3"),
                             spec, "store", ranks_of)]
     if fig in ("fig3", "fig7"):
         method = "s3" if fig == "fig3" else "presigned"
-        out = [_limit_line(f"limit: direct {METHOD_LABELS[method]}", of(rows, "processes", method=method), spec,
+        out = [limit_line(f"limit: direct {METHOD_LABELS[method]}", of(rows, "processes", method=method), spec,
                            "store", ranks_of)]
         if object_bytes:
-            out.append(_limit_line("limit: staging copy via node 0 + read", staged, spec, "staging", ranks_of,
+            out.append(limit_line("limit: staging copy via node 0 + read", staged, spec, "staging", ranks_of,
                                    object_bytes))
         return out
     if fig == "fig6":
-        return [_limit_line("limit: one process (node NIC) + latency",
+        return [limit_line("limit: one process (node NIC) + latency",
                             [r for r in rows if r["experiment"] == "threads"], spec, "store", threads_of)]
     raise ValueError(f"unknown figure {fig!r}")
 
@@ -265,9 +295,10 @@ def cluster_text(meta: dict | None) -> str | None:
             f"traffic; MPI uncapped); the store's egress {c['store']['egress_rate_bytes_per_s'] / mb:g} MB/s shared "
             f"by every node, +{c['store']['latency_s'] * 1000:g} ms per reply (Toxiproxy); the shared filesystem "
             f"(sshfs) {c['fs']['rate_bytes_per_s'] / mb:g} MB/s each way, +{c['fs']['latency_s'] * 1000:g} ms per "
-            "reply. Rates are of IP bytes (tc HTB). Limit lines: wire bytes / the binding pipe + one latency "
-            "(ingest/testbed/cluster/limits.py); staging adds the whole cube's copy through node 0 "
-            "(store -> NIC -> filesystem, the slowest of the three)")
+            "reply. Rates are of IP bytes (tc HTB). Limit lines: the bytes each capped link carried during the "
+            "phase (its counter) over its rate, the largest + one latency (ingest/testbed/cluster/limits.py; "
+            "runs recorded without counters: the wire bytes over the binding pipe); staging adds the copy "
+            "through node 0 (store -> NIC -> filesystem)")
 
 
 # figure -> (experiment, processes methods it needs)
@@ -309,7 +340,7 @@ def figure_absence(fig: str, rows: list[dict], config: dict | None) -> str | Non
 
 # -- the recommendation's numbers (on the rows of one link) --------------------------------
 
-def _medians(rows: list[dict], column: str = "elapsed_s") -> dict:
+def medians_by_ranks(rows: list[dict], column: str = "elapsed_s") -> dict:
     """ranks -> median of the ok rows (ranks with no ok row left out)."""
     out = {}
     for p, prows in groups(rows, ranks_of).items():
@@ -319,22 +350,43 @@ def _medians(rows: list[dict], column: str = "elapsed_s") -> dict:
     return dict(sorted(out.items()))
 
 
+def apart(a: Spread | None, b: Spread | None) -> bool:
+    """Do two cells differ by more than their runs' spread? Their repeats' min-max ranges do not
+    overlap, and their medians are more than TOLERANCE apart: two or three repeats in one study
+    can agree more closely than studies repeated on a shared machine do (where S3 and presigned
+    sat on the same pipe, their medians came 0.5 % apart with ranges that did not touch)."""
+    if a is None or b is None:
+        return False
+    if abs(a.median - b.median) <= TOLERANCE * min(a.median, b.median):
+        return False
+    return a.n < 2 or b.n < 2 or a.high < b.low or b.high < a.low
+
+
 def method_choice(rows: list[dict]) -> dict:
-    """presigned vs s3 in `processes`: medians per p, the winner at the largest p and per p."""
-    med = {m: _medians(of(rows, "processes", method=m)) for m in DIRECT_METHODS}
+    """presigned vs s3 in `processes`: medians per p, the winner at the largest p and per p. No
+    winner ("no_difference") where the two are within their runs' spread (not `apart`): a median
+    lower by less than the repeats scatter would name one method one day and the other the next."""
+    spreads = {m: {p: pt.value for p, prows in groups(of(rows, "processes", method=m), ranks_of).items()
+                   if (pt := point(prows)).value} for m in DIRECT_METHODS}
+    med = {m: {p: sp.median for p, sp in sorted(spreads[m].items())} for m in DIRECT_METHODS}
     all_p = sorted({ranks_of(r) for r in rows if r["experiment"] == "processes" and r["params"].get("method")
                     in DIRECT_METHODS})
     both = [p for p in all_p if all(p in med[m] for m in DIRECT_METHODS)]
-    out = {"medians_s": med, "ranks": all_p, "compared": both,
+    same = [p for p in both if not apart(*(spreads[m][p] for m in DIRECT_METHODS))]
+    out = {"medians_s": med, "spreads": spreads, "ranks": all_p, "compared": both, "no_difference_p": same,
            "missing": {p: [m for m in DIRECT_METHODS if p not in med[m]] for p in all_p if p not in both},
-           "largest_p": all_p[-1] if all_p else None, "winner": None, "ratio": None,
-           "wins": {m: [p for p in both if med[m][p] == min(med[n][p] for n in DIRECT_METHODS)]
+           "largest_p": all_p[-1] if all_p else None, "winner": None, "ratio": None, "no_difference": False,
+           "wins": {m: [p for p in both if p not in same and med[m][p] == min(med[n][p] for n in DIRECT_METHODS)]
                     for m in DIRECT_METHODS}}
     if all_p and all_p[-1] in both:
         p = all_p[-1]
         winner = min(DIRECT_METHODS, key=lambda m: med[m][p])
         loser = max(DIRECT_METHODS, key=lambda m: med[m][p])
-        out.update(winner=winner, ratio=med[loser][p] / med[winner][p] if med[winner][p] > 0 else None)
+        out["ratio"] = med[loser][p] / med[winner][p] if med[winner][p] > 0 else None
+        if p in same:
+            out["no_difference"] = True
+        else:
+            out["winner"] = winner
     return out
 
 
@@ -374,7 +426,7 @@ def crossover(rows: list[dict]) -> dict:
             for p, (tool, pt) in per_p.items() if pt.value}
     direct: dict = {}
     for m in DIRECT_METHODS:
-        for p, s in _medians(of(rows, "processes", method=m)).items():
+        for p, s in medians_by_ranks(of(rows, "processes", method=m)).items():
             if p not in direct or s < direct[p][1]:
                 direct[p] = (m, s)
     all_p = sorted({ranks_of(r) for r in of(rows, "processes")})

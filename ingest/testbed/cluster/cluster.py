@@ -266,13 +266,44 @@ class Cluster:
         return subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=timeout_s,
                               stdin=subprocess.DEVNULL)
 
-    def link_bytes(self) -> dict[str, int]:
-        """Bytes that crossed each cap so far (tc counters): "store" (egress), "store_in" (uploads),
-        "fs_read", "fs_write", and each node's name (store and fs traffic into the node)."""
-        counts = {"store": netns.capped_bytes(self.store_ns, "eth0"), "store_in": netns.capped_bytes(self.hub, "store"),
-                  "fs_read": netns.capped_bytes(self.fs_ns, "eth0"), "fs_write": netns.capped_bytes(self.hub, "fs")}
-        counts.update({node: netns.capped_bytes(self.hub, f"n{i}") for i, node in enumerate(self.nodes)})
-        return counts
+    def counters(self) -> dict[str, tuple[str, str, str]]:
+        """Every link's tc counter, name -> (namespace, device, class): "store" (its egress),
+        "store_in" (uploads), "fs_read", "fs_write", a node's name (store and fs traffic into the
+        node) and "NODE:out" (out of it); with queue "fair" also each server's leaf per node,
+        "store>NODE", "NODE>store", "fs>NODE" and "NODE>fs": what that node got of the pipe."""
+        where = {"store": (self.store_ns, "eth0", "1:10"), "store_in": (self.hub, "store", "1:10"),
+                 "fs_read": (self.fs_ns, "eth0", "1:10"), "fs_write": (self.hub, "fs", "1:10")}
+        for i, node in enumerate(self.nodes):
+            where[node] = (self.hub, f"n{i}", "1:10")
+            where[f"{node}:out"] = (node, "eth0", "1:10")
+            if self.spec.queue == "fair":
+                leaf = netns.leaf_classid(i)
+                where.update({f"store>{node}": (self.store_ns, "eth0", leaf),
+                              f"{node}>store": (self.hub, "store", leaf),
+                              f"fs>{node}": (self.fs_ns, "eth0", leaf), f"{node}>fs": (self.hub, "fs", leaf)})
+        return where
+
+    def server_links(self) -> list[str]:
+        """The links the servers' four pipes count (with their per-node leaves): four devices'
+        counters, however many nodes."""
+        servers = {(self.store_ns, "eth0"), (self.hub, "store"), (self.fs_ns, "eth0"), (self.hub, "fs")}
+        return [name for name, (ns, dev, _) in self.counters().items() if (ns, dev) in servers]
+
+    def link_bytes(self, links=None) -> dict[str, int]:
+        """Bytes that crossed each cap so far (tc counters, every frame the cap metered), by the
+        names of `counters`; `links`, if given, only those (one netlink dump per device they are on).
+        Default: "store", "store_in", "fs_read", "fs_write" and each node's name."""
+        where = self.counters()
+        links = list(links) if links is not None else ["store", "store_in", "fs_read", "fs_write", *self.nodes]
+        unknown = sorted(set(links) - set(where))
+        if unknown:
+            raise IngestError(f"cluster {self.prefix}: no link named {', '.join(unknown)} (links: {', '.join(where)})")
+        read = {}
+        for ns, dev in dict.fromkeys(where[link][:2] for link in links):
+            if (ns, dev) not in self._parts.counters:  # a netlink socket per device, kept until teardown
+                self._parts.counters[ns, dev] = netns.ClassCounters(ns, dev)
+            read[ns, dev] = self._parts.counters[ns, dev].read()
+        return {link: read[where[link][:2]][where[link][2]] for link in links}
 
 
 class _Parts:
@@ -285,11 +316,16 @@ class _Parts:
         self.store: Store | None = None
         self.fs: SharedFs | None = None
         self.slurm: Slurm | None = None
+        self.counters: dict = {}  # (namespace, device) -> netns.ClassCounters: link_bytes's sockets
 
     def teardown(self) -> None:
-        """Stop SLURM (its slurmds hold binds of the mounts), unmount (a FUSE mount whose sshfs
-        dies answers ENOTCONN to everyone), stop the servers, kill whatever else runs in the
-        namespaces (mpiexec, daemons, ranks), delete them."""
+        """Close the counters' sockets (each holds its namespace), stop SLURM (its slurmds hold
+        binds of the mounts), unmount (a FUSE mount whose sshfs dies answers ENOTCONN to
+        everyone), stop the servers, kill whatever else runs in the namespaces (mpiexec,
+        daemons, ranks), delete them."""
+        for counters in self.counters.values():
+            counters.close()
+        self.counters.clear()
         for part in (self.slurm, self.fs, self.store):
             if part is not None:
                 part.stop()

@@ -116,6 +116,38 @@ def _limit(pipe_s: dict, latency_s: float) -> Limit:
     return Limit(slowest_s + latency_s, binding, {**pipe_s, LATENCY: latency_s})
 
 
+def carried_limit(carried: dict, spec, phase: str) -> Limit:
+    """The least time the pipes needed to carry what their counters counted during one phase of
+    a run (ingest.study.links: {link: bytes}, node n<i>'s leaves as "store>n<i>", "fs>n<i>",
+    "n<i>>fs"): each pipe's bytes, frames as its cap meters them, over its rate; the largest binds,
+    plus one latency. Read-ahead and retries count, as the pipes carried them.
+
+    phase "direct": the store's egress and each node's NIC (what the store sent it); "staged":
+    the filesystem's pipe and each node's NIC (what the filesystem sent it); "copy": the store's
+    egress, the filesystem's ingress and node 0's NIC in both directions (each direction its own
+    cap). With queue "fifo" the servers have no leaf per node: no NIC term is counted."""
+    def most(prefix: str = "", suffix: str = "") -> float:
+        return max((n for link, n in carried.items() if link.startswith(prefix) and link.endswith(suffix)
+                    and link != prefix + suffix), default=0)
+
+    nic = spec.node.nic_rate_bytes_per_s
+    if phase == "direct":
+        terms = {STORE_EGRESS: carried.get("store", 0) / spec.store.egress_rate_bytes_per_s,
+                 NODE_NIC: most("store>") / nic}
+        latency_s = spec.store.latency_s
+    elif phase == "staged":
+        terms = {FILESYSTEM: carried.get("fs_read", 0) / spec.fs.rate_bytes_per_s, NODE_NIC: most("fs>") / nic}
+        latency_s = spec.fs.latency_s
+    elif phase == "copy":
+        terms = {STORE_EGRESS: carried.get("store", 0) / spec.store.egress_rate_bytes_per_s,
+                 FILESYSTEM: carried.get("fs_write", 0) / spec.fs.rate_bytes_per_s,
+                 NODE_NIC: max(most("store>"), most(suffix=">fs")) / nic}
+        latency_s = spec.store.latency_s
+    else:
+        raise ValueError(f"carried_limit: phase {phase!r} is not direct, staged or copy")
+    return _limit(terms, latency_s)
+
+
 def spec_from_record(record: dict):
     """A ClusterSpec back from dataclasses.asdict(spec) (the study's meta "cluster")."""
     from ingest.testbed.cluster.spec import ClusterSpec, CubeSpec, FsSpec, NodeSpec, StoreSpec
