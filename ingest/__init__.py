@@ -5,10 +5,28 @@ or xarray; `read_subcube(source, region)` reads one box in one call; `python -m 
 `ingest.driver.run(comm, config)`) gives every MPI rank its own box and reports the timings;
 `publish(comm, dest, regions)` (and `python -m ingest publish`) writes the ranks' regions back as one object;
 `cutouts(source, catalogue, output_dir)` (and `python -m ingest cutouts`) cuts every source of a catalogue.
+
+`import ingest` loads only the errors and the version: `open`, `RemoteCube` and `read_subcube` are
+imported on first use (PEP 562's module __getattr__), so an MPI rank that runs the driver imports
+what its job uses and nothing for the API it does not call.
 """
-from ingest.api import RemoteCube, open, read_subcube
 from ingest.errors import ConfigError, FitsFormatError, IngestError, RegionError, TransportError
 from ingest.version import __version__
+
+
+def __getattr__(name: str):
+    """The API's names, imported on first use (the module docstring says why)."""
+    if name in ("open", "RemoteCube", "read_subcube"):
+        from ingest import api
+
+        value = getattr(api, name)
+        globals()[name] = value  # once: later lookups do not come here
+        return value
+    raise AttributeError(f"module 'ingest' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 def publish(comm, dest=None, regions=None, *, header=None, config=None, **options) -> dict:

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 from ingest.config import add_run_arguments, config_from_args
-from ingest.driver.cutouts import cutouts
-from ingest.driver.mpi import root_step, run_or_abort, world
 
 
 def _cli(args) -> int:
+    # MPI starts when the job runs, not when `--help` lists the commands.
+    from ingest.driver.cutouts import cutouts
+    from ingest.driver.mpi import root_step, run_or_abort, world
+
     def command(comm, parsed):
         cutouts(comm, root_step(comm, config_from_args, parsed))
         return 0

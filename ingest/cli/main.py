@@ -2,7 +2,9 @@
 
 Each command lives in its own module which provides `add_parser(subparsers)`; that function
 adds one sub-parser and sets `func` (called with the parsed args, returns an exit status).
-Modules are imported lazily so `--help` stays fast and one broken command cannot hide others.
+Modules are imported lazily so `--help` stays fast and one broken command cannot hide others;
+a command line that names its command imports that command's module alone, so every rank of a
+`run` loads the driver's read path and not the study, the soak or the cut-outs.
 """
 from __future__ import annotations
 
@@ -32,14 +34,15 @@ COMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of `command`'s module alone (the command line names it)."""
     parser = argparse.ArgumentParser(
         prog="python -m ingest",
         description="Read FITS or HDF5 subcubes straight out of an object store, one per MPI rank.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     seen = set()
-    for module_name in COMMANDS.values():
+    for module_name in ([COMMANDS[command]] if command in COMMANDS else COMMANDS.values()):
         if module_name in seen:
             continue
         seen.add(module_name)
@@ -58,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     # `python -m ingest --source ...` means `run`: the launcher line stays short under srun.
     if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
         argv.insert(0, "run")
-    parser = build_parser()
+    parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -109,8 +109,6 @@ def run(comm, cfg: RunConfig | Mapping | None = None, **options) -> RankResult:
     cfg = config_for(cfg, options, "ingest.driver.run")
     from mpi4py import MPI
 
-    from ingest.outputs import report as reports
-
     rank = comm.Get_rank()
     if cfg.compare == "staging":
         root_step(comm, check_stage_with, cfg.stage_with, cfg.source)  # before the direct read, not after
@@ -142,7 +140,9 @@ def run(comm, cfg: RunConfig | Mapping | None = None, **options) -> RankResult:
 
         baseline = measure_staging(comm, cfg, job)["baseline"]
     elif cfg.baseline and rank == 0:
-        baseline = reports.baseline_from_report(cfg.baseline)
+        from ingest.outputs.report import baseline_from_report
+
+        baseline = baseline_from_report(cfg.baseline)
     report = None
     if rank == 0:
         report = ReportFacts(cfg, job).build(records, mode="direct", baseline=baseline,

@@ -57,6 +57,8 @@ def _read_chunked(transport, job, cfg: RunConfig, boxes):
         else:
             total.requests, total.bytes_wire = total.requests + stats.requests, total.bytes_wire + stats.bytes_wire
             total.bytes_needed += stats.bytes_needed
+            total.retries += stats.retries
+            total.throttled += stats.throttled
     return arrays, None, total
 
 
@@ -79,6 +81,7 @@ class RankTally:
     def __init__(self, rank: int):
         self.rank, self.t0 = rank, MPI.Wtime()
         self.requests = self.bytes_wire = self.bytes_needed = self.batches = self.spans = 0
+        self.retries = self.throttled = 0
         self.buffer_bytes_max = 0
 
     def add(self, stats, plan) -> None:
@@ -86,6 +89,8 @@ class RankTally:
         self.requests += stats.requests
         self.bytes_wire += stats.bytes_wire
         self.bytes_needed += stats.bytes_needed
+        self.retries += stats.retries
+        self.throttled += stats.throttled  # replies asking to slow down: not faults
         if plan is not None:
             self.spans += len(plan.span_starts)
             self.buffer_bytes_max = max(self.buffer_bytes_max, plan.buffer_bytes)
@@ -93,7 +98,8 @@ class RankTally:
     def record(self, n_sources: int) -> dict:
         return {"rank": self.rank, "elapsed_s": MPI.Wtime() - self.t0, "sources": n_sources, "requests": self.requests,
                 "bytes_wire": self.bytes_wire, "bytes_needed": self.bytes_needed, "batches": self.batches,
-                "spans": self.spans, "buffer_bytes_max": self.buffer_bytes_max, "host": MPI.Get_processor_name()}
+                "spans": self.spans, "buffer_bytes_max": self.buffer_bytes_max, "retries": self.retries,
+                "throttled": self.throttled, "host": MPI.Get_processor_name()}
 
 
 def cut_rank(comm, cfg: RunConfig, job, progress=None) -> tuple[list[dict], dict]:

@@ -7,7 +7,7 @@ is broadcast, so 25 ranks make one header fetch and one probe, not 25.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ingest.api.read import plan_with
 from ingest.config import RunConfig
@@ -26,6 +26,8 @@ from ingest.driver.source import ensure_lifetime, resolve_source
 from ingest.errors import ConfigError
 from ingest.formats.reader import read_any_layout_timed
 from ingest.transports import ObjectInfo, Transport, open_transport
+from ingest.transports.environment import Environment
+from ingest.transports.retry import RetryPolicy
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,23 @@ class Job:
     endpoint: str | None = None  # the store's, as the link cache names it
     shape: JobShape | None = None  # what the endpoint's next job of the same shape learns from this one
     world_region: dict | None = None  # the sky/spectral region asked for, its box and what was clipped
+    # The connection settings rank 0 resolved from the config and the AWS files and variables
+    # (ingest.transports.environment); every rank opens its transport with them. None: a local file.
+    environment: Environment | None = None
+    # How each request retries (ingest.config.settings.retry_policy), as rank 0 resolved it: the
+    # default number of retries may come from AWS_MAX_ATTEMPTS or a profile, read by botocore.
+    retry: RetryPolicy | None = None
+
+
+def rank_transport_options(cfg: RunConfig, method: str, environment: Environment | None) -> dict:
+    """open_transport's options on a rank other than 0: the config's, and for a URL the connection
+    settings rank 0 resolved (CA, proxy), so the rank reads no AWS file and loads no botocore.
+    A rank of the S3 method loads botocore anyway and resolves its own, as a user expects of
+    boto3: a site may point each node at its nearest gateway (AWS_ENDPOINT_URL per node)."""
+    options = transport_options(cfg)
+    if environment is not None and method != "s3":
+        options["environment"] = environment
+    return options
 
 
 def remember_job(job: Job, makespan_s: float) -> None:
@@ -182,14 +201,16 @@ def _tune_for_job(cfg: RunConfig, transport: Transport, layout: Layout, header, 
     read at once and tune again for that. (settings, the shared rounds)."""
     sel = largest_selection(cfg, configured_settings(cfg), layout, topology.n_ranks)
     settings = resolve_settings(cfg, transport, layout, sel, header=header, topology=topology)
-    look_bytes = across_nodes_bytes(settings, layout, sel, topology)
+    # --no-probe means no read before the job's own: not a look across nodes either.
+    look_bytes = across_nodes_bytes(settings, layout, sel, topology) if cfg.probe else 0
     # No ranks at hand, or a read too small to repay a probe, and no nodes to look across.
     if crew is None or (settings.probe is None and not look_bytes):
         return settings, ()
     from ingest.driver.probe_rounds import measure_shared
 
+    options = rank_transport_options(cfg, method, transport.environment)
     measured = measure_shared(crew, topology, settings, source=read_source, method=method,
-                              options=transport_options(cfg), info=transport.info, span=data_span(layout),
+                              options=options, info=transport.info, span=data_span(layout),
                               predicted_s=settings.tuning.predicted_s, look_bytes=look_bytes)
     if measured is None:
         return settings, ()
@@ -223,7 +244,7 @@ def prepare_job(cfg: RunConfig, topology: Topology, staging: bool = False, rank_
     with open_transport(read_source, method, threads=LATENCY_THREADS, **transport_options(cfg)) as transport:
         layout, header = read_any_layout_timed(transport, hdu=cfg.hdu, dataset=cfg.dataset, retry=retry_policy(cfg),
                                                tiles=True)
-        info, endpoint = transport.info, transport.endpoint
+        info, endpoint, environment = transport.info, transport.endpoint, transport.environment
         tiled = layout.kind == "tiles"
         if staging and not tiled:
             from ingest.staging.stage import check_space
@@ -239,8 +260,8 @@ def prepare_job(cfg: RunConfig, topology: Topology, staging: bool = False, rank_
             raise ConfigError(f"source: {transport.display_name} is a tile index ({len(layout.tiles)} objects); "
                               f"`run` reads it, while staging and prestage copy one object: give them the cube "
                               f"it was tiled from ({layout.source})")
-        return _tiled_job(cfg, layout, transport.display_name, read_source, method, info, signer_args, settings,
-                          n_ranks)
+        return replace(_tiled_job(cfg, layout, transport.display_name, read_source, method, info, signer_args,
+                                  settings, n_ranks), environment=environment, retry=retry_policy(cfg))
     grid_fits, reason, regions = decompose_job(cfg, settings, layout, n_ranks)
     assignment = assign(regions, layout.itemsize, n_ranks)
     prediction, shape = predict(cfg, settings, layout, regions, assignment, topology, endpoint, method)
@@ -255,7 +276,8 @@ def prepare_job(cfg: RunConfig, topology: Topology, staging: bool = False, rank_
     world = world_job_box(cfg, layout)
     return Job(read_source, method, layout, info, grid_fits, reason, regions, assignment, settings, signer_args,
                estimate_s, prediction=prediction, shared_rounds=rounds, endpoint=endpoint, shape=shape,
-               world_region=world.as_dict() if world is not None else None)
+               world_region=world.as_dict() if world is not None else None, environment=environment,
+               retry=retry_policy(cfg))
 
 
 def _tiled_job(cfg: RunConfig, index, index_name: str, read_source: str, method: str, info: ObjectInfo,

@@ -60,13 +60,26 @@ class RankStats:
     bytes_received: int = 0  # over MPI from other ranks
     upload_s: float = 0.0  # summed over upload slots
     wait_s: float = 0.0  # main thread waiting on MPI or a free buffer
+    throttled: int = 0  # part uploads the store throttled (503 SlowDown, 429, refused): retried, not failed
+    # Parts in flight the rank's limiter allowed (staging.multipart.PartUploader): its ceiling
+    # (parts_in_flight), the level it settled on and its fewest; None before the rounds end.
+    concurrency_ceiling: int | None = None
+    concurrency_settled: float | None = None
+    concurrency_min: int | None = None
     records: list = field(default_factory=list)  # staging.multipart.PartRecord of the parts it aggregated
     errors: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("parts_uploaded", "parts_verified", "bytes_uploaded", "bytes_sent",
-                                              "bytes_received", "upload_s", "wait_s")}
+                                              "bytes_received", "upload_s", "wait_s", "throttled",
+                                              "concurrency_ceiling", "concurrency_settled", "concurrency_min")}
+
+    def note_throttling(self, seen) -> None:
+        """Take the uploader's ThrottleStats (ingest.engine.throttle) into these stats."""
+        self.throttled = seen.throttled
+        self.concurrency_ceiling, self.concurrency_settled = seen.concurrency_ceiling, seen.concurrency_settled
+        self.concurrency_min = seen.concurrency_min
 
 
 def wait_all(requests, stats: RankStats | None = None) -> None:
@@ -308,6 +321,8 @@ class Rounds:
                 if self.on_round:
                     self.on_round(j)
             self.pool.shutdown(wait=True, cancel_futures=stopped)
+            if hasattr(self.uploader, "throttle_stats"):
+                self.stats.note_throttling(self.uploader.throttle_stats())
             if not stopped:
                 self._stop_after_round()  # the last rounds' uploads
         except BaseException:

@@ -15,13 +15,14 @@ import numpy as np
 
 from ingest.api.read import execute_plan, plan_with, read_selection
 from ingest.config import RunConfig
-from ingest.config.settings import retry_policy, transport_options
-from ingest.driver.job import Job, box_bytes, open_tile, plan_box
+from ingest.config.settings import retry_policy
+from ingest.driver.job import Job, box_bytes, open_tile, plan_box, rank_transport_options
 from ingest.driver.mpi import all_agree_or_raise
 from ingest.errors import ConfigError, ExpiredURLError
 from ingest.formats.fits import BLOCK_BYTES
 from ingest.engine.executor import ReadStats
 from ingest.transports import open_transport
+from ingest.transports.retry import RetryPolicy
 
 _SUM_KEYS = ("bytes_needed", "bytes_wire", "requests", "retries", "resumed_bytes")
 
@@ -52,6 +53,8 @@ def _region_record(rank: int, index: int, box, stats: ReadStats, start_s: float,
         "index": index, "rank": rank, "box": [list(b) for b in box], "status": "read",
         "bytes_needed": stats.bytes_needed, "bytes_wire": stats.bytes_wire, "requests": stats.requests,
         "retries": stats.retries, "resumed_bytes": stats.resumed_bytes, "faults": dict(stats.faults),
+        "throttled": stats.throttled, "concurrency_ceiling": stats.concurrency_ceiling,
+        "concurrency_settled": stats.concurrency_settled, "concurrency_min": stats.concurrency_min,
         "first_byte_s": stats.first_byte_s, "start_s": start_s, "stop_s": stop_s, "elapsed_s": stop_s - start_s,
     }
 
@@ -73,6 +76,7 @@ def rank_record(rank: int, regions: list[dict], elapsed_s: float, plan_s: float,
         "regions": [r["index"] for r in regions],
         **sums,
         "faults": faults,
+        **_throttling(regions),
         "first_byte_s": min(first) if first else None,
         "start_s": 0.0,
         "stop_s": elapsed_s,
@@ -82,6 +86,19 @@ def rank_record(rank: int, regions: list[dict], elapsed_s: float, plan_s: float,
         "output_path": None,
         "phase_s": {"plan": plan_s, "read": elapsed_s},
         "plan": plans[0] if len(plans) == 1 else None,
+    }
+
+
+def _throttling(regions: list[dict]) -> dict:
+    """The rank's throttling over its regions: throttled replies summed; the requests in flight
+    its limiter allowed (one limiter per transport, so the last region's level is where the rank
+    settled; the fewest over all)."""
+    levels = [r for r in regions if r.get("concurrency_settled") is not None]
+    return {
+        "throttled": sum(r.get("throttled", 0) for r in regions),
+        "concurrency_ceiling": max((r["concurrency_ceiling"] for r in levels), default=None),
+        "concurrency_settled": levels[-1]["concurrency_settled"] if levels else None,
+        "concurrency_min": min((r["concurrency_min"] for r in levels), default=None),
     }
 
 
@@ -105,10 +122,10 @@ def read_rank_regions(comm, cfg: RunConfig, job: Job, source: str, method: str, 
     plans = []
     try:
         if method == "presigned" and job.signer_args is not None:
-            from ingest.transports.presign import url_signer
-
-            extra_options["refresh_url"] = url_signer(*job.signer_args)
-        transport = open_transport(source, method, threads=job.settings.threads, **transport_options(cfg), **extra_options)
+            extra_options["refresh_url"] = _resigner(job.signer_args)
+        transport = open_transport(source, method, threads=job.settings.threads,
+                                   **job_transport_options(cfg, job, method),
+                                   **extra_options)
         if source == job.read_source:
             transport.adopt(job.info)  # rank 0 already learned size and identity: no HEAD per rank
         t_plan = MPI.Wtime()
@@ -129,8 +146,8 @@ def read_rank_regions(comm, cfg: RunConfig, job: Job, source: str, method: str, 
     try:
         for index, (sel, plan) in zip(mine, plans):
             start_s = MPI.Wtime() - t0
-            common = dict(threads=job.settings.threads, progress=bar.update if bar else None, retry=retry_policy(cfg),
-                          order=cfg.order)
+            common = dict(threads=job.settings.threads, progress=bar.update if bar else None,
+                          retry=job_retry(cfg, job), order=cfg.order)
             if destination is None:
                 raw, stats = read_selection(transport, job.layout, sel, plan, convert=False, **common)
             else:
@@ -201,18 +218,18 @@ def _read_tile(cfg: RunConfig, job: Job, index: int, progress):
     from ingest.formats.reader import read_any_layout
 
     tile_source = job.region_sources[index]
-    options = transport_options(cfg)
+    options = job_transport_options(cfg, job)
     if tile_source.signer_args is not None:
         options["refresh_url"] = _resigner(tile_source.signer_args)
     s = job.settings
     with open_tile(tile_source.source, job.method, tile_source.size_bytes, tile_source.index_name,
                    threads=s.threads, **options) as transport:
         name = transport.display_name
-        layout = read_any_layout(transport, dataset=job.layout.dataset, retry=retry_policy(cfg))
+        layout = read_any_layout(transport, dataset=job.layout.dataset, retry=job_retry(cfg, job))
         expected_tile(job.regions[index], name, layout.shape, layout.raw_dtype, job.layout.raw_dtype.str)
         sel, plan = plan_with(layout, (), s)
         raw, stats = read_selection(transport, layout, sel, plan, convert=False, threads=s.threads, progress=progress,
-                                    retry=retry_policy(cfg), order=cfg.order)
+                                    retry=job_retry(cfg, job), order=cfg.order)
     check_crc(tile_source.crc32, name, raw, tile_source.index_name)
     if layout.kind == "hdf5":
         header_requests, header_bytes = layout.open_requests, layout.open_bytes
@@ -223,16 +240,34 @@ def _read_tile(cfg: RunConfig, job: Job, index: int, progress):
     return raw, stats, plan, facts
 
 
-def _resigner(signer_args: tuple):
-    """A tile URL's refresh: the signer is made only if the URL expires (finding credentials
-    costs more than a small tile's read, so not once per tile)."""
-    def refresh() -> str:
-        from ingest.transports.presign import url_signer
+def job_transport_options(cfg: RunConfig, job: Job, method: str | None = None) -> dict:
+    """open_transport's options for this job's reads by `method` (the job's by default) on any
+    rank (ingest.driver.job.rank_transport_options)."""
+    return rank_transport_options(cfg, method or job.method, job.environment)
 
-        signer = url_signer(*signer_args)
-        if signer is None:
-            raise ExpiredURLError(f"s3://{signer_args[0]}/{signer_args[1]}: the tile's presigned URL expired and "
-                                  f"this rank has no credentials to sign a new one")
-        return signer()
+
+def job_retry(cfg: RunConfig, job: Job) -> RetryPolicy:
+    """How this job's requests retry. A URL's ranks take rank 0's policy (Job.retry), so they read
+    no AWS file for its default; an S3 rank resolves its own from its own environment, as it does
+    its connection settings (rank_transport_options)."""
+    return job.retry if job.retry is not None and job.method != "s3" else retry_policy(cfg)
+
+
+def _resigner(signer_args: tuple):
+    """A presigned URL's refresh (the job's, or a tile's): the signer is made the first time the
+    URL expires, not when the rank opens it. Finding credentials imports boto3 and may ask the
+    instance's metadata service, which a thousand ranks should not all do at start-up for a URL
+    that outlives the run (rank 0 checked its lifetime against the prediction)."""
+    signers: list = []
+
+    def refresh() -> str:
+        if not signers:
+            from ingest.transports.presign import url_signer
+
+            signers.append(url_signer(*signer_args))
+        if signers[0] is None:
+            raise ExpiredURLError(f"s3://{signer_args[0]}/{signer_args[1]}: the presigned URL expired and this "
+                                  f"rank has no credentials to sign a new one")
+        return signers[0]()
 
     return refresh

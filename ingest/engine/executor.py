@@ -17,6 +17,7 @@ from ingest.core.tuning import THREADS_MAX
 from ingest.engine.destination import ArrayDestination, Destination
 from ingest.engine.multi import run_concurrent
 from ingest.engine.stats import ReadStats, Worker, finish_stats, record_request
+from ingest.engine.throttle import Limiter, limiter_for
 from ingest.transports.retry import FaultLog, RetryPolicy, read_with_retries
 from ingest.transports.base import BULK_READ_BYTES, Transport
 
@@ -86,7 +87,7 @@ def request_order(n: int, order: str) -> np.ndarray | range:
 
 def run_requests(n: int, do_one, transport: Transport, *, needed_bytes: int, buffer_bytes: int, threads: int = 1,
                  progress=None, retry: RetryPolicy = RetryPolicy(), order: str = "sequential",
-                 wire_bytes: int | None = None) -> ReadStats:
+                 wire_bytes: int | None = None, limiter: Limiter | None = None) -> ReadStats:
     """Run requests 0..n-1 with `threads` in flight, in `order`.
 
     `do_one(i, worker)` returns request i as a generator: it yields each read it needs as
@@ -96,6 +97,8 @@ def run_requests(n: int, do_one, transport: Transport, *, needed_bytes: int, buf
     keeps many reads in flight from one thread (`concurrent`) runs them in `ingest.engine.multi`.
     Each request runs with a Worker whose buffer starts at buffer_bytes. Transient failures are
     retried per `retry`; the first unrecoverable error stops everything and is raised here.
+    Reads in flight follow `limiter` (default: the transport's, `limiter_for`), which a
+    throttling store lowers: `threads` (or the depth) is its ceiling, not a fixed count.
     """
     stats = ReadStats(bytes_needed=needed_bytes)
     faults = FaultLog()
@@ -105,17 +108,28 @@ def run_requests(n: int, do_one, transport: Transport, *, needed_bytes: int, buf
     # average) to threads, where the transport's read_into copies them in parallel.
     wire_bytes = needed_bytes if wire_bytes is None else wire_bytes
     if transport.concurrent and n > 0 and wire_bytes < n * BULK_READ_BYTES:
-        run_concurrent(sequence, do_one, transport, stats, faults, t0, depth=max(1, threads),
-                       buffer_bytes=buffer_bytes, progress=progress, retry=retry)
+        depth = max(1, threads)
+        run_concurrent(sequence, do_one, transport, stats, faults, t0, depth=depth,
+                       buffer_bytes=buffer_bytes, progress=progress, retry=retry,
+                       limiter=_ceiling(limiter, transport, depth))
     else:
         if transport.concurrent:
             threads = min(threads, THREADS_MAX)  # its deeper concurrency is for small requests
+        threads = max(1, threads)
         _run_threaded(sequence, do_one, transport, stats, faults, t0, threads=threads, buffer_bytes=buffer_bytes,
-                      progress=progress, retry=retry)
+                      progress=progress, retry=retry, limiter=_ceiling(limiter, transport, threads))
     return stats
 
 
-def _run_threaded(sequence, do_one, transport, stats, faults, t0, *, threads, buffer_bytes, progress, retry):
+def _ceiling(limiter: Limiter | None, transport: Transport, requests: int) -> Limiter:
+    """The limiter this execution follows, its ceiling set to the requests it may keep in flight."""
+    if limiter is None:
+        return limiter_for(transport, requests)
+    limiter.set_ceiling(requests)
+    return limiter
+
+
+def _run_threaded(sequence, do_one, transport, stats, faults, t0, *, threads, buffer_bytes, progress, retry, limiter):
     n = len(sequence)
     lock = threading.Lock()
     next_index = [0]
@@ -135,7 +149,7 @@ def _run_threaded(sequence, do_one, transport, stats, faults, t0, *, threads, bu
                 next_index[0] += 1
             t_req = time.perf_counter()
             try:
-                first_byte_s, nbytes = _drive(do_one(i, worker), transport, retry, on_fault)
+                first_byte_s, nbytes = _drive(do_one(i, worker), transport, retry, on_fault, limiter)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller below
                 with lock:
                     failure.append(exc)
@@ -154,19 +168,19 @@ def _run_threaded(sequence, do_one, transport, stats, faults, t0, *, threads, bu
             t.start()
         for t in pool:
             t.join()
-    finish_stats(stats, faults, t0)
+    finish_stats(stats, faults, t0, limiter)
     if failure:
         raise failure[0]
 
 
-def _drive(request, transport, retry: RetryPolicy, on_fault) -> tuple[float, int]:
+def _drive(request, transport, retry: RetryPolicy, on_fault, limiter: Limiter) -> tuple[float, int]:
     """Run one request generator to its end on this thread: (its first read's time to first
-    byte, its bytes on the wire)."""
+    byte, its bytes on the wire). Each read waits for room in `limiter` first."""
     first_byte_s = None
     try:
         read = next(request)
         while True:
-            ttfb_s = read_with_retries(transport, *read, retry, on_fault)
+            ttfb_s = read_with_retries(transport, *read, retry, on_fault, gate=limiter)
             if first_byte_s is None:
                 first_byte_s = ttfb_s
             # Drop our view of the buffer first: the request may now close a mapped window on it.

@@ -23,7 +23,13 @@ class ReadStats:
     first_byte_s: float | None = None  # earliest time any reply started arriving
     retries: int = 0
     resumed_bytes: int = 0  # bytes resumed requests did not fetch twice
-    faults: dict = field(default_factory=dict)  # fault kind -> count (recovered or not)
+    faults: dict = field(default_factory=dict)  # fault kind -> count (recovered or not); throttles apart
+    throttled: int = 0  # replies that asked for fewer requests at once (503 SlowDown, 429, refused)
+    # The rank's limiter on requests in flight (ingest.engine.throttle), as this execution left it:
+    # its ceiling (the threads or depth asked for), the level it settled on, and its fewest.
+    concurrency_ceiling: int | None = None
+    concurrency_settled: float | None = None
+    concurrency_min: int | None = None
     request_s: list = field(default_factory=list, repr=False)  # per-request wall time, for percentiles
 
     @property
@@ -57,6 +63,14 @@ def record_request(stats: ReadStats, t0: float, t_req: float, first_byte_s: floa
         stats.first_byte_s = first
 
 
-def finish_stats(stats: ReadStats, faults: FaultLog, t0: float) -> None:
+def finish_stats(stats: ReadStats, faults: FaultLog, t0: float, limiter=None) -> None:
+    """Close an execution's stats: its time, its faults and throttles, and what `limiter` (an
+    ingest.engine.throttle.Limiter, or None) allowed."""
     stats.elapsed_s = time.perf_counter() - t0
     stats.retries, stats.resumed_bytes, stats.faults = faults.retries, faults.resumed_bytes, dict(faults.faults)
+    stats.throttled = faults.throttled
+    if limiter is not None:
+        seen = limiter.stats()
+        stats.concurrency_ceiling = seen.concurrency_ceiling
+        stats.concurrency_settled = seen.concurrency_settled
+        stats.concurrency_min = seen.concurrency_min

@@ -10,18 +10,23 @@ CHAN renumbered from 0 and NCHAN set to the channels kept (as cutout-fits cuts i
 the Stokes axis does the same to POL and NPOL. Every other column and header card is kept.
 
 Pure: bytes in, a `BeamTable` out (a numpy structured array and the header text, frozen and
-picklable, so it travels with the layout to every rank). No I/O.
+picklable, so it travels with the layout to every rank). No I/O. astropy is imported by the
+functions that parse or write a table, when called, not by loading this module: a rank that
+unpickles a layout carrying a table needs no astropy to do so.
 """
 from __future__ import annotations
 
 import io
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from astropy.io import fits
 
 from ingest.errors import FitsFormatError, RegionError
+
+if TYPE_CHECKING:  # annotations only: see the module's docstring
+    from astropy.io import fits
 
 EXTNAME = "BEAMS"
 REQUIRED_COLUMNS = ("BMAJ", "BMIN", "BPA", "CHAN", "POL")
@@ -63,6 +68,8 @@ class BeamTable:
     @property
     def header(self) -> fits.Header:
         """The extension's header (a fresh copy each call)."""
+        from astropy.io import fits
+
         return fits.Header.fromstring(self.header_text)
 
     @property
@@ -99,6 +106,8 @@ class BeamTable:
     def to_hdu(self) -> fits.BinTableHDU:
         """The table as an astropy binary table HDU: the source's columns (names, formats, units)
         and header cards, CHECKSUM/DATASUM dropped (they described the source's bytes)."""
+        from astropy.io import fits
+
         header = self.header
         columns = []
         for i in range(1, int(header["TFIELDS"]) + 1):
@@ -111,6 +120,8 @@ class BeamTable:
 
     def to_bytes(self) -> bytes:
         """The extension as it follows an image in a file: header and data, whole 2880-byte blocks."""
+        from astropy.io import fits
+
         buffer = io.BytesIO()
         primary = fits.PrimaryHDU()
         with warnings.catch_warnings():
@@ -129,6 +140,8 @@ def parse_beam_table(raw: bytes, source: str) -> BeamTable:
     """The BEAMS extension whose header and data are `raw` (as they lie in the object), checked:
     the five CASA columns, NCHAN and NPOL in the header, one row per channel and polarisation, CHAN
     and POL within them. A FitsFormatError naming `source` otherwise."""
+    from astropy.io import fits
+
     where = f"{source}: BEAMS table"
     try:
         with warnings.catch_warnings():

@@ -3,6 +3,10 @@
 Pure functions, no I/O. `ingest.formats.reader.read_layout` feeds them header blocks fetched by Range
 requests. Everything here is in numpy axis order (slowest axis first), the reverse of FITS's
 NAXIS1..NAXISn.
+
+astropy is imported by `parse_header` alone, when it is called: rank 0 parses the header and
+broadcasts the FitsLayout, and a rank that unpickles one imports this module, so this module must
+not import astropy when it is loaded (a thousand ranks would each pay for it; tests/test_startup.py).
 """
 from __future__ import annotations
 
@@ -10,13 +14,16 @@ import math
 import re
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from astropy.io import fits
 
 from ingest.core.layout import ContiguousGeometry
 from ingest.errors import FitsFormatError
 from ingest.formats.beams import BeamTable
+
+if TYPE_CHECKING:  # annotations only: see the module's docstring
+    from astropy.io import fits
 
 BLOCK_BYTES = 2880  # FITS records are 36 cards x 80 characters
 CARD_BYTES = 80
@@ -182,6 +189,8 @@ def check_first_block(block: bytes, source: str, hdu: int, header_offset: int) -
 
 def parse_header(header_bytes: bytes, source: str, hdu: int) -> fits.Header:
     """Parse header cards with astropy, turning its complaints into one clear error."""
+    from astropy.io import fits
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # astropy's fix-up warnings are noise here

@@ -1,11 +1,14 @@
 """Fetch an HDU's header through a transport, 2880-byte block by block until END; for a cube whose
-header says CASAMBM = T, its BEAMS table too (ingest.formats.beams)."""
+header says CASAMBM = T, its BEAMS table too (ingest.formats.beams).
+
+Rank 0 reads headers; the other ranks import this module (and its HeaderTiming) without reading
+one, so astropy is imported where a header is parsed (ingest.formats.fits.parse_header), never
+when this module is loaded."""
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-
-from astropy.io import fits
+from typing import TYPE_CHECKING
 
 from ingest.core.tiles import MAX_INDEX_BYTES, SCHEMA, looks_like_json_object, parse_index_bytes
 from ingest.errors import FitsFormatError
@@ -14,6 +17,9 @@ from ingest.formats.fits import (BLOCK_BYTES, FitsLayout, check_first_block, hdu
                                  parse_header, says_beams, with_beams)
 from ingest.transports.retry import RetryPolicy, read_with_retries, retry_call
 from ingest.transports.base import Transport
+
+if TYPE_CHECKING:  # annotations only: see the module's docstring
+    from astropy.io import fits
 
 
 @dataclass(frozen=True)
@@ -202,6 +208,8 @@ def whole_cube_layout(first_tile, index, name: str):
     (its box starts at the origin, so its WCS is the source's) with the whole cube's shape.
     Offsets stay tile 0's; object_bytes is every tile's. Its BEAMS table is tile 0's when tile 0
     spans every channel and polarisation, else none."""
+    from astropy.io import fits
+
     if first_tile.kind != "fits":
         return replace(first_tile, source=name, shape=index.shape, object_bytes=index.stored_bytes)
     header = fits.Header.fromstring(first_tile.header_text)

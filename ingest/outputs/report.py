@@ -4,7 +4,10 @@ a human summary rendered from that JSON. Plots live in analysis/ and read the sa
 Per-rank record (made by the driver, taken as given): rank, host, box ([start, stop] pairs in
 numpy order), bytes_needed, bytes_wire, requests, retries, first_byte_s (or None), start_s and
 stop_s (MPI.Wtime offsets from a barrier every rank passed), elapsed_s, throughput_bytes_per_s,
-output_path (or None), phase_s ({phase: seconds}), plan (the planner's describe()).
+output_path (or None), phase_s ({phase: seconds}), plan (the planner's describe()); and, from
+reports that have them, throttled (replies that asked for fewer requests at once: neither faults
+nor retries), concurrency_ceiling, concurrency_settled and concurrency_min (the requests in
+flight the rank's limiter allowed: at most, where it settled, and its fewest).
 
 Timings reduce as IOR's ReduceIterResults does: makespan = latest stop - earliest start, so a
 slow rank or a late start counts, unlike a mean of per-rank times.
@@ -33,7 +36,7 @@ BASELINE_KEYS = ("stage_s", "read_makespan_s", "total_s", "from", "read_ranks")
 # stage_tool ({"name", "version"}: what made the staged copy) is absent from reports written
 # before it existed, so it is kept only when known and every reader takes it as optional.
 OPTIONAL_BASELINE_KEYS = ("stage_tool",)
-_SUM_KEYS = ("bytes_needed", "bytes_wire", "requests", "retries")
+_SUM_KEYS = ("bytes_needed", "bytes_wire", "requests", "retries", "throttled")
 FULL_TABLE_MAX_RANKS = 64  # beyond this the table shows the first/last EDGE_ROWS and extremes
 EDGE_ROWS = 10
 
@@ -83,6 +86,12 @@ def aggregate(ranks: list[dict]) -> dict:
         "fastest_rank": {"rank": fastest["rank"], "elapsed_s": fastest["elapsed_s"]},
         "elapsed_s": _stats([r["elapsed_s"] for r in ranks]),
         "first_byte_s": _stats(first_bytes),
+        "concurrency_settled": _stats([r["concurrency_settled"] for r in ranks
+                                       if r.get("concurrency_settled") is not None]),
+        "concurrency_min": min((r["concurrency_min"] for r in ranks if r.get("concurrency_min") is not None),
+                               default=None),
+        "concurrency_ceiling": max((r["concurrency_ceiling"] for r in ranks
+                                    if r.get("concurrency_ceiling") is not None), default=None),
     }
 
 
@@ -251,14 +260,34 @@ def _rank_row(r: dict, agg: dict) -> list[str]:
     return [
         str(r["rank"]), _box_text(r["box"]) if r.get("box") else f"{len(r.get('regions') or [])} regions",
         _num(r.get("bytes_needed"), ".1f", 1 / MiB), _num(r.get("bytes_wire"), ".1f", 1 / MiB),
-        str(r.get("requests", "-")), str(r.get("retries", "-")),
-        _num(r.get("first_byte_s"), ".1f", 1000.0), _num(r.get("elapsed_s"), ".3f"),
+        str(r.get("requests", "-")), str(r.get("retries", "-")), str(r.get("throttled", "-")),
+        _in_flight_text(r), _num(r.get("first_byte_s"), ".1f", 1000.0), _num(r.get("elapsed_s"), ".3f"),
         _num(r.get("throughput_bytes_per_s"), ".1f", 1 / MiB), ", ".join(marks),
     ]
 
 
-_HEADINGS = ["rank", "box (FITS order)", "MiB needed", "MiB wire", "requests", "retries",
-             "first byte ms", "elapsed s", "MiB/s", ""]
+_HEADINGS = ["rank", "box (FITS order)", "MiB needed", "MiB wire", "requests", "retries", "throttled",
+             "in flight", "first byte ms", "elapsed s", "MiB/s", ""]
+
+
+def _in_flight_text(r: dict) -> str:
+    """Requests in flight the rank settled on, of its ceiling (e.g. 2.1/16), or '-'."""
+    if r.get("concurrency_settled") is None:
+        return "-"
+    ceiling = r.get("concurrency_ceiling")
+    return f"{r['concurrency_settled']:g}" + (f"/{ceiling}" if ceiling is not None else "")
+
+
+def _throttle_line(agg: dict) -> list[str]:
+    """One line when the store throttled: how often, and where the ranks' requests in flight settled."""
+    if not agg.get("throttled"):
+        return []
+    settled = agg.get("concurrency_settled") or {}
+    level = (f"; requests in flight per rank settled at {settled['min']:g}-{settled['max']:g} "
+             f"(mean {settled['mean']:.2f}) of {agg.get('concurrency_ceiling')}, fewest {agg.get('concurrency_min')}"
+             if settled.get("mean") is not None else "")
+    return [f"throttled by the store {agg['throttled']} time(s) (503 SlowDown, 429 or refused; not faults, "
+            f"not retries){level}"]
 
 
 def _table(rows: list[list[str]]) -> list[str]:
@@ -325,6 +354,7 @@ def render_summary(report: dict) -> str:
         f"throughput {_num(agg.get('throughput_bytes_per_s'), '.1f', 1 / MiB)} MiB/s (needed bytes / makespan)",
         f"elapsed per rank: min {elapsed['min']:.3f} s, mean {elapsed['mean']:.3f} s, max {elapsed['max']:.3f} s; "
         f"slowest rank {agg['slowest_rank']['rank']}, fastest rank {agg['fastest_rank']['rank']}",
+        *_throttle_line(agg),
     ]
     settings = report.get("settings")
     if settings:

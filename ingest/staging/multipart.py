@@ -12,7 +12,10 @@ advance, and rank 0 cannot know the bytes when it signs). versitygw verifies bot
 Every checksum goes as a header: no part depends on an `aws-chunked` trailer.
 
 Retrying is ours (ingest.transports.retry's policy), not botocore's: botocore would retry a
-BadDigest four times without saying so, and every retry must count against the same bound.
+BadDigest four times without saying so, and every retry must count against the same bound. A
+throttled part (503 SlowDown, 429, a refused connection) is not a failure: the rank's Limiter
+(ingest.engine.throttle) lowers its parts in flight and the part waits a jittered backoff,
+bounded by the policy's total_s, not its retries.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import io
 import zlib
 from dataclasses import dataclass
 
+from ingest.engine.throttle import Limiter, ThrottleStats
 from ingest.errors import RetryableError, TransportError
 from ingest.redact import redact_urls
 from ingest.transports.retry import RetryPolicy, retry_call
@@ -97,6 +101,7 @@ class _BufferFile(io.RawIOBase):
 def _classify(exc: Exception, what: str) -> Exception:
     """A botocore or urllib3 failure as RetryableError (worth another attempt) or TransportError."""
     from botocore.exceptions import ClientError, HTTPClientError
+    from botocore.exceptions import ConnectionError as BotoConnectionError
 
     if isinstance(exc, ClientError):
         error = exc.response.get("Error", {})
@@ -108,6 +113,10 @@ def _classify(exc: Exception, what: str) -> Exception:
         return TransportError(text)
     if isinstance(exc, HTTPClientError):
         return RetryableError(f"{what}: {type(exc).__name__}: {exc}", kind=type(exc).__name__)
+    if isinstance(exc, BotoConnectionError):  # e.g. a refused connection: the socket's error is in kwargs
+        cause = exc.kwargs.get("error")
+        return RetryableError(f"{what}: {type(exc).__name__}: {exc}" + (f" ({cause})" if cause else ""),
+                              kind="connect")
     import urllib3
 
     if isinstance(exc, urllib3.exceptions.HTTPError):
@@ -234,12 +243,14 @@ class Upload:
 
 class PartUploader:
     """One rank's part uploads: through its own credentials (S3 API, CRC32) or through presigned
-    URLs rank 0 handed it (Content-MD5). Thread-safe: upload slots call `put` concurrently."""
+    URLs rank 0 handed it (Content-MD5). Thread-safe: upload slots call `put` concurrently, each
+    part admitted by the rank's Limiter (ceiling `slots`), which a throttling store lowers."""
 
     def __init__(self, bucket: str, key: str, upload_id: str, checksum: str | None, policy: RetryPolicy, *,
                  presigned: bool, slots: int, options: dict, client=None):
         self.bucket, self.key, self.upload_id, self.checksum = bucket, key, upload_id, checksum
         self.policy, self.presigned = policy, presigned
+        self.limiter = Limiter(max(1, slots))
         if presigned:
             self._pool = _url_pool(slots, options)
         else:  # rank 0 passes its Upload's client: making one costs 0.1-0.2 s
@@ -254,7 +265,7 @@ class PartUploader:
         if self.presigned:
             md5 = md5_b64(buffer)
             return retry_call(lambda: _call(lambda: self._put_url(number, buffer, url, md5, what), what),
-                              self.policy, what)
+                              self.policy, what, gate=self.limiter)
         crc = crc32_b64(buffer) if self.checksum == "CRC32" else None
         extra = {"ChecksumCRC32": crc} if crc else {"ContentMD5": md5_b64(buffer)}
 
@@ -262,7 +273,11 @@ class PartUploader:
             reply = self._client.upload_part(Bucket=self.bucket, Key=self.key, UploadId=self.upload_id,
                                              PartNumber=number, Body=_BufferFile(buffer), **extra)
             return PartRecord(number, len(buffer), reply["ETag"], crc)
-        return retry_call(lambda: _call(put, what), self.policy, what)
+        return retry_call(lambda: _call(put, what), self.policy, what, gate=self.limiter)
+
+    def throttle_stats(self) -> ThrottleStats:
+        """Throttled parts and the parts in flight the store allowed this rank."""
+        return self.limiter.stats()
 
     def _put_url(self, number: int, buffer, url: str, md5: str, what: str) -> PartRecord:
         reply = self._pool.request("PUT", url, body=memoryview(buffer).cast("B"),

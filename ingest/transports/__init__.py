@@ -1,19 +1,46 @@
-"""Transport registry: a method name -> the class that reads with it."""
+"""Transport registry: a method name -> the class that reads with it, imported when first used.
+
+A rank imports only the client its method needs: `open_transport("s3://...")` loads boto3,
+a presigned URL loads urllib3 (and libcurl's pycurl on the native engine), a local file neither.
+So the registry names each class by module and imports it on first use; importing this package
+loads no HTTP or S3 client (tests/test_startup.py keeps that so).
+"""
 from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from importlib import import_module
 
 from ingest.errors import ConfigError
 from ingest.transports.base import MemoryTransport, ObjectInfo, Transport
-from ingest.transports.environment import describe_environment, effective_options
-from ingest.transports.http import HttpTransport
-from ingest.transports.posix import PosixTransport
-from ingest.transports.s3 import S3Transport
 
-TRANSPORTS: dict[str, type[Transport]] = {
-    "posix": PosixTransport,
-    "presigned": HttpTransport,
-    "s3": S3Transport,
-}
 ENGINES = ("auto", "native", "urllib3")  # urllib3: the reference transports (urllib3 and boto3)
+
+
+class _LazyClasses(Mapping):
+    """method -> Transport class, each imported from its module on first lookup."""
+
+    def __init__(self, where: dict[str, tuple[str, str]]):
+        self._where = where
+
+    def __getitem__(self, method: str) -> type[Transport]:
+        module, name = self._where[method]
+        return getattr(import_module(module), name)
+
+    def __contains__(self, method) -> bool:  # a name's presence, without importing its class
+        return method in self._where
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+
+TRANSPORTS: Mapping[str, type[Transport]] = _LazyClasses({
+    "posix": ("ingest.transports.posix", "PosixTransport"),
+    "presigned": ("ingest.transports.http", "HttpTransport"),
+    "s3": ("ingest.transports.s3", "S3Transport"),
+})
 
 
 def native_transport(method: str, engine: str) -> type[Transport] | None:
@@ -54,11 +81,14 @@ def method_for(source: str) -> str:
 
 def open_transport(source: str, method: str = "auto", *, threads: int = 1, engine: str = "auto",
                    **options) -> Transport:
-    """Open `source` with `method` ("auto" picks from the source's form) on `engine` (ENGINES)."""
+    """Open `source` with `method` ("auto" picks from the source's form) on `engine` (ENGINES).
+
+    options: the transports' keywords (timeouts, TLS, endpoint_url, ...); `environment`, an
+    Environment already resolved for the same options (rank 0's, broadcast with the job), is
+    taken as it is instead of being resolved again here."""
     if method == "auto":
         method = method_for(source)
-    cls = TRANSPORTS.get(method)
-    if cls is None:
+    if method not in TRANSPORTS:
         raise ConfigError(f"method: {method!r} is not one of auto, {', '.join(TRANSPORTS)}")
     natural = method_for(source)
     if natural != method:
@@ -67,10 +97,19 @@ def open_transport(source: str, method: str = "auto", *, threads: int = 1, engin
             f"(that needs {natural!r}; for an s3:// source the driver presigns it for 'presigned')"
         )
     if method != "posix":
+        from ingest.transports.environment import effective_options
+
         # Once per open, for every engine alike: what the user's environment says (AWS_CA_BUNDLE,
         # profiles, AWS_ENDPOINT_URL*, proxies), under the explicit options.
         options, _provenance = effective_options(options)
-    return (native_transport(method, engine) or cls)(source, threads=threads, **options)
+    return (native_transport(method, engine) or TRANSPORTS[method])(source, threads=threads, **options)
+
+
+def describe_environment(options: dict | None = None) -> list[tuple[str, str, str]]:
+    """(setting, value, source) for `info` (ingest.transports.environment.describe_environment)."""
+    from ingest.transports.environment import describe_environment as describe
+
+    return describe(options)
 
 
 __all__ = ["MemoryTransport", "ObjectInfo", "Transport", "TRANSPORTS", "ENGINES", "open_transport", "method_for",

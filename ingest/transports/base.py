@@ -37,12 +37,15 @@ class Transport(abc.ABC):
       engine); the executor sends small requests there and bulk reads to threads.
     - `engine`: what carries the requests, for info and reports (native, urllib3, boto3, posix).
     - `adopt(info)`: take the size and identity rank 0 learned, saving a request per rank.
+    - `environment`: the connection settings it was opened with (ingest.transports.environment),
+      which rank 0 hands to the other ranks; None for a transport that makes no connection.
     """
 
     name = "abstract"
     # True when open_session(depth) works: many reads in flight from one thread
     # (ingest.engine.multi); the executor then takes small requests there.
     concurrent = False
+    environment = None  # an Environment, set by the network transports
 
     def __init__(self, source: str, *, threads: int = 1):
         self.source = source

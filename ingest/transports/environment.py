@@ -17,7 +17,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import threading
-import urllib.request
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -143,6 +142,10 @@ def _is_tls(url: str | None) -> bool:
 def _bypasses(netloc: str, no_proxy: str) -> bool:
     """no_proxy as botocore reads it (urllib: '*', host and domain-suffix entries, host:port),
     plus curl's address and CIDR entries (10.0.0.0/8), common at HPC sites."""
+    # Imported here: urllib.request loads http.client and email, which a rank that reads through
+    # no proxy never needs.
+    import urllib.request
+
     if urllib.request.proxy_bypass_environment(netloc, {"no": no_proxy}):
         return True
     host = urlsplit(f"//{netloc}").hostname or ""
@@ -181,8 +184,10 @@ def resolve(options: dict | None = None) -> Environment:
 
 def effective_options(options: dict) -> tuple[dict, tuple[Setting, ...]]:
     """(options with endpoint_url, ca_bundle and verify_tls made effective and `environment` added
-    for the transports, the provenance record)."""
-    environment = resolve(options)
+    for the transports, the provenance record). An `environment` among the options, resolved
+    already (rank 0's, broadcast with the job, for the same options), is kept as it is: a rank
+    then reads no AWS file and imports no botocore to open a presigned URL."""
+    environment = options.get("environment") or resolve(options)
     effective = dict(options, environment=environment, endpoint_url=environment.endpoint_url,
                      ca_bundle=environment.ca_bundle, verify_tls=environment.verify_tls)
     return effective, environment.provenance

@@ -5,6 +5,14 @@ stall for up to 40 minutes, so one broken range must not sink a multi-hour, 25-r
 RetryableError is retried (resets, timeouts, truncated bodies, 500/502/503/504, SlowDown);
 everything else (403, 404, 416, a wrong Content-Range, a changed object) fails at once. A
 range that broke mid-body resumes after the bytes that did arrive.
+
+A throttle (`is_throttle`: 503 SlowDown, 429) is not a fault: the store is healthy and asks for
+fewer requests at once. It does not use up `retries`, which real failures get; only `total_s`
+bounds it. A refused connection (`is_refusal`) also says "fewer at once" (a listener whose
+backlog is full), but it is also what an endpoint with nothing behind it says, so it stays a
+fault that uses up `retries`: a wrong URL fails in seconds, not after `total_s`. A `gate`
+(ingest.engine.throttle's Limiter) hears every outcome (`gate_outcome`) and lowers the requests
+in flight on both; the request waits a jittered backoff.
 """
 from __future__ import annotations
 
@@ -12,7 +20,63 @@ import random
 import time
 from dataclasses import dataclass
 
+from ingest.core.aimd import full_jitter_s
 from ingest.errors import RetryableError, TransportError
+
+# Outcomes a gate hears of each attempt it admitted.
+OK, THROTTLED, FAILED = "ok", "throttled", "failed"
+
+# Error codes (S3's and the AWS SDKs' list of throttling codes) and fault kinds that mean "fewer
+# requests, please". A kind is a transport's short name (`slowdown`, `http_429`) or, for uploads,
+# the S3 code or the status itself.
+THROTTLE_CODES = frozenset({
+    "slowdown", "http_429", "429", "SlowDown", "Throttling", "ThrottlingException", "ThrottledException",
+    "RequestThrottled", "RequestThrottledException", "TooManyRequests", "TooManyRequestsException",
+    "RequestLimitExceeded", "BandwidthLimitExceeded", "ProvisionedThroughputExceededException",
+})
+# Said in the message of a 503 from AWS S3 ("Please reduce your request rate.") whatever its code.
+_REDUCE_RATE = "reduce your request rate"
+# A refused connection: the listener's backlog is full, or the store sheds connections. Asking
+# again at once makes it worse; fewer connections at once is the cure, as for a 503 SlowDown.
+_REFUSED = ("connection refused", "couldn't connect to server", "could not connect to server", "curl error 7:",
+            "errno 111", "econnrefused")
+
+
+def is_throttle(error: BaseException) -> bool:
+    """Did the store answer, asking for fewer requests at once (503 SlowDown or a 503 saying
+    "reduce your request rate", 429 and the SDKs' throttling codes)? Then it is no fault."""
+    if not isinstance(error, RetryableError):
+        return False
+    return error.kind in THROTTLE_CODES or _REDUCE_RATE in " ".join(_chain_texts(error)).lower()
+
+
+def is_refusal(error: BaseException) -> bool:
+    """Was the connection refused (a full backlog, or nothing listening)? A fault, but one that
+    fewer connections at once may cure."""
+    if not isinstance(error, RetryableError):
+        return False
+    text = " ".join(_chain_texts(error)).lower()
+    return any(marker in text for marker in _REFUSED)
+
+
+def gate_outcome(error: BaseException) -> str:
+    """What a gate hears of a failed attempt: THROTTLED (lower the requests in flight) for a
+    throttle or a refused connection, FAILED for anything else."""
+    return THROTTLED if is_throttle(error) or is_refusal(error) else FAILED
+
+
+def _chain_texts(error: BaseException, depth: int = 4) -> list[str]:
+    """The messages of an error and of what caused it (botocore keeps the socket's error in
+    `kwargs['error']`), a few links deep: a refusal is often said only at the bottom."""
+    texts, seen = [], 0
+    while error is not None and seen < depth:
+        texts.append(str(error))
+        inner = getattr(error, "kwargs", None)
+        if isinstance(inner, dict) and inner.get("error") is not None:
+            texts.append(str(inner["error"]))
+        error = error.__cause__ or error.__context__
+        seen += 1
+    return texts
 
 
 @dataclass(frozen=True)
@@ -23,35 +87,51 @@ class RetryPolicy:
     total_s: float = 300.0  # give up once a request has spent this long, retries included
     backoff_s: float = 0.2  # first backoff ceiling; doubles each retry (full jitter below it)
     backoff_max_s: float = 20.0  # ceiling on one backoff
+    # A throttled request waits less: the limiter, not the wait, is what lowers the load, and the
+    # wait only spreads the ranks' returns. Doubles per throttle of the same request.
+    throttle_backoff_s: float = 0.05  # first backoff ceiling after a throttle
+    throttle_backoff_max_s: float = 5.0  # ceiling on one backoff after a throttle
 
     def delay_s(self, attempt: int) -> float:
         """Full jitter (AWS architecture blog): uniform in [0, min(max, base * 2**(attempt-1))],
         so 25 ranks hit by the same outage do not come back in lockstep."""
-        return random.uniform(0.0, min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1)))
+        return full_jitter_s(attempt, self.backoff_s, self.backoff_max_s, random.random())
+
+    def throttle_delay_s(self, throttles: int) -> float:
+        """Full jitter after the request's `throttles`-th throttle (1, 2, ...)."""
+        return full_jitter_s(throttles, self.throttle_backoff_s, self.throttle_backoff_max_s, random.random())
 
 
 
 class FaultLog:
     """Counts of what went wrong and what retrying saved; one per execution, thread-safe via
-    the executor's lock (it calls `record` while holding it)."""
+    the executor's lock (it calls `note` while holding it). Throttles are counted apart: they
+    are neither faults nor retries."""
 
     def __init__(self):
         self.retries = 0
         self.resumed_bytes = 0  # bytes a resumed request did not have to fetch again
+        self.throttled = 0  # replies that asked for fewer requests at once (is_throttle)
         self.faults: dict[str, int] = {}
 
     def record(self, error: RetryableError) -> None:
         self.faults[error.kind] = self.faults.get(error.kind, 0) + 1
 
     def note(self, error: RetryableError, will_retry: bool, resumed_bytes: int) -> None:
-        """One RetryableError seen: counted always, as a retry (and what resuming saved) if retried."""
+        """One RetryableError seen: a throttle counted as such; a fault counted always, and as a
+        retry if retried. What resuming saved counts either way."""
+        if will_retry:
+            self.resumed_bytes += resumed_bytes
+        if is_throttle(error):
+            self.throttled += 1
+            return
         self.record(error)
         if will_retry:
             self.retries += 1
-            self.resumed_bytes += resumed_bytes
 
     def as_dict(self) -> dict:
-        return {"retries": self.retries, "resumed_bytes": self.resumed_bytes, "faults": dict(self.faults)}
+        return {"retries": self.retries, "resumed_bytes": self.resumed_bytes, "throttled": self.throttled,
+                "faults": dict(self.faults)}
 
 
 class Attempts:
@@ -62,7 +142,9 @@ class Attempts:
     def __init__(self, transport, buffer: memoryview, offset: int, policy: RetryPolicy):
         self.transport, self.buffer, self.offset, self.policy = transport, buffer, offset, policy
         self.received = 0
-        self.attempt = 0
+        self.attempt = 0  # failures that count against policy.retries
+        self.throttles = 0  # throttles, which do not
+        self.last_throttled = False  # was the last failure a throttle (no fault, no retry used)
         self.t0 = time.monotonic()
 
     @property
@@ -72,49 +154,88 @@ class Attempts:
 
     def failed(self, exc: RetryableError, on_fault) -> float:
         """Account for a failed attempt; return the delay before the next one, or raise
-        TransportError when the policy gives up. on_fault(error, will_retry, resumed_bytes)."""
+        TransportError when the policy gives up. on_fault(error, will_retry, resumed_bytes).
+        A throttle does not count against policy.retries; total_s bounds both."""
         n = len(self.buffer)
         got = max(0, min(exc.received, n - self.received))
         self.received += got
-        self.attempt += 1
         policy = self.policy
-        delay = policy.delay_s(self.attempt)
+        self.last_throttled = is_throttle(exc)
+        if self.last_throttled:
+            self.throttles += 1
+            delay = policy.throttle_delay_s(self.throttles)
+        else:
+            self.attempt += 1
+            delay = policy.delay_s(self.attempt)
         spent = time.monotonic() - self.t0
-        will_retry = self.attempt <= policy.retries and spent + delay < policy.total_s
+        within_count = self.last_throttled or self.attempt <= policy.retries
+        will_retry = within_count and spent + delay < policy.total_s
         on_fault(exc, will_retry, got if will_retry else 0)
         if not will_retry:
-            why = f"{policy.retries} retries" if self.attempt > policy.retries else f"{policy.total_s:g} s retry budget"
+            why = f"{policy.retries} retries" if not within_count else f"{policy.total_s:g} s retry budget"
             raise TransportError(
                 f"{self.transport.display_name}: gave up on bytes [{self.offset}, {self.offset + n}) after {why} "
-                f"({self.attempt} attempt(s) failed; last: {exc})"
+                f"({self.attempt} attempt(s) failed, {self.throttles} throttled by the store; last: {exc})"
             ) from exc
         return delay
 
 
-def read_with_retries(transport, buffer: memoryview, offset: int, policy: RetryPolicy, on_fault) -> float:
+def _gated(gate, call):
+    """call() as one attempt admitted by `gate` (None: no gate), which hears its outcome: OK,
+    THROTTLED or FAILED. Anything but a RetryableError is FAILED too and propagates."""
+    if gate is None:
+        return call()
+    ticket = gate.acquire()
+    outcome = FAILED
+    try:
+        result = call()
+        outcome = OK
+        return result
+    except RetryableError as exc:
+        outcome = gate_outcome(exc)
+        raise
+    finally:
+        gate.release(ticket, outcome)
+
+
+def read_with_retries(transport, buffer: memoryview, offset: int, policy: RetryPolicy, on_fault,
+                      gate=None) -> float:
     """transport.read_into with retries; returns seconds to first byte of the last attempt.
 
-    on_fault(error, will_retry, resumed_bytes) is called for every RetryableError seen.
+    on_fault(error, will_retry, resumed_bytes) is called for every RetryableError seen. `gate`
+    (a Limiter: acquire() -> ticket, release(ticket, outcome)) admits each attempt; the backoff
+    is waited outside it, so a throttled request holds no slot while it waits.
     """
     attempts = Attempts(transport, buffer, offset, policy)
     while True:
         try:
-            return transport.read_into(*attempts.remaining)
+            return _gated(gate, lambda: transport.read_into(*attempts.remaining))
         except RetryableError as exc:
             time.sleep(attempts.failed(exc, on_fault))
 
 
-def retry_call(fn, policy: RetryPolicy, what: str):
+def retry_call(fn, policy: RetryPolicy, what: str, gate=None, on_throttle=None):
     """fn() retried per `policy` on RetryableError: for idempotent calls with nothing to resume
-    (a HEAD, the 1-byte GET that finds a presigned object's size)."""
-    attempt = 0
+    (a HEAD, the 1-byte GET that finds a presigned object's size, an UploadPart). A throttle
+    does not count against policy.retries (total_s bounds it) and calls on_throttle(error);
+    `gate` admits each attempt, as in read_with_retries."""
+    attempt = throttles = 0
     t0 = time.monotonic()
     while True:
         try:
-            return fn()
+            return _gated(gate, fn)
         except RetryableError as exc:
-            attempt += 1
-            delay = policy.delay_s(attempt)
+            if is_throttle(exc):
+                throttles += 1
+                delay = policy.throttle_delay_s(throttles)
+                if on_throttle is not None:
+                    on_throttle(exc)
+            else:
+                attempt += 1
+                delay = policy.delay_s(attempt)
             if attempt > policy.retries or time.monotonic() - t0 + delay >= policy.total_s:
-                raise TransportError(f"{what}: gave up after {attempt} attempt(s); last: {exc}") from exc
+                throttled = f", {throttles} more throttled by the store" if throttles else ""
+                within = f" within its {policy.total_s:g} s retry budget" if attempt <= policy.retries else ""
+                raise TransportError(f"{what}: gave up after {attempt} attempt(s){throttled}{within}; "
+                                     f"last: {exc}") from exc
             time.sleep(delay)
