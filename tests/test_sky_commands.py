@@ -158,3 +158,22 @@ def test_sky_catalogue_cutouts_match_brute_force_boxes(s3_server, cube, tmp_path
         with fits.open(out / entry["file"]) as f:
             np.testing.assert_array_equal(np.array(f[0].data), _section(cube["path"], want))
             assert f[0].header["OBJECT"] == name and len(f["BEAMS"].data) == want[0][1] - want[0][0]
+
+
+def test_a_carta_hdf5_cube_takes_a_sky_region_by_its_group_header(s3_server, s3_env, cube, tmp_path):
+    # CARTA/IDIA's schema: the FITS header as attributes of group /0, the pixels in /0/DATA.
+    import h5py
+
+    path = tmp_path / "carta.h5"
+    with h5py.File(path, "w") as f:
+        f.attrs["SCHEMA_VERSION"] = "0.3"
+        group = f.create_group("0")
+        for key, value in cube["header"].items():
+            if key and not key.startswith(("NAXIS", "SIMPLE", "BITPIX", "EXTEND")) and isinstance(value, (str, int, float)):
+                group.attrs[key] = value
+        group.create_dataset("DATA", data=cube["data"])
+    bucket = s3_server.make_bucket(f"carta-{uuid.uuid4().hex[:8]}")
+    s3_server.client().upload_file(str(path), bucket, "carta.h5")
+    want = _expected_box(cube["header"], CENTER, RADIUS_DEG, LO_HZ, HI_HZ)
+    got = ingest.read_subcube(f"s3://{bucket}/carta.h5", pos=SODA_POS, band=SODA_BAND)
+    np.testing.assert_array_equal(got, _section(cube["path"], want))

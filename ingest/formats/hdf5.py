@@ -244,13 +244,17 @@ def _jsonable(value):
 
 
 def _attrs(dset) -> dict:
-    """The dataset's attributes, JSON-able; one h5py cannot read is named, not fatal."""
+    """The dataset's attributes over its group's, JSON-able; one h5py cannot read is named, not
+    fatal. The group's count because CARTA/IDIA's schema keeps a cube's FITS header on the group
+    (/0) and the pixels in /0/DATA; the root's do not (a file's own metadata, not a cube's)."""
     out = {}
-    for key in dset.attrs:
-        try:
-            out[key] = _jsonable(dset.attrs[key])
-        except Exception as exc:  # h5py raises OSError, TypeError... for exotic attribute types
-            out[key] = f"<unreadable: {exc}>"
+    holders = [dset.parent, dset] if dset.parent.name != "/" else [dset]
+    for holder in holders:
+        for key in holder.attrs:
+            try:
+                out[key] = _jsonable(holder.attrs[key])
+            except Exception as exc:  # h5py raises OSError, TypeError... for exotic attribute types
+                out[key] = f"<unreadable: {exc}>"
     return out
 
 
