@@ -20,6 +20,7 @@ process dies however it dies (`setpriv --pdeathsig`), so a killed test run leave
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import shlex
@@ -44,6 +45,7 @@ TOOLS = ("ceph-mon", "ceph-osd", "radosgw", "ceph", "radosgw-admin", "monmaptool
 SETUP_HINT = "run scripts/setup.sh (apt: ceph-mon ceph-osd radosgw ceph-common)"
 DEFAULT_MEMSTORE_BYTES = 2 * 1024**3
 START_ATTEMPTS = 3  # a free port taken by someone else between our probe and the daemon's bind
+_APPLY_TIMEOUT_S = 30.0  # the monitor's push of a changed option to radosgw
 _COMMAND_TIMEOUT_S = 60.0
 _BIND_ERRORS = ("Address already in use", "failed to bind")
 
@@ -288,6 +290,21 @@ class CephRGW:
         if not key or any(c.isspace() for c in key):
             raise ConfigError(f"key: {key!r} is not a Ceph option name")
         self._ceph("config", "set", f"client.rgw.{RGW_NAME}", key, str(value))
+        # The monitor pushes the change to radosgw a second or two later; radosgw calls the option's
+        # observers (its throttle) as it takes the value, so the value its admin socket shows is
+        # the value in force. Waiting on that, not on a burst of requests meeting the limit, holds
+        # on a loaded machine, where a burst's requests may not overlap at all.
+        deadline = time.monotonic() + _APPLY_TIMEOUT_S
+        while (applied := self.config_value(key)) != str(value):
+            if time.monotonic() > deadline:
+                raise IngestError(f"ceph rgw: {key} = {value} set, but radosgw still has {applied!r} after "
+                                  f"{_APPLY_TIMEOUT_S:g} s; {self._daemon_report()}")
+            time.sleep(0.2)
+
+    def config_value(self, key: str) -> str:
+        """The value radosgw runs with for `key`, from its admin socket."""
+        asok = self._path("run", f"client.rgw.{RGW_NAME}.asok")
+        return str(json.loads(self._ceph("daemon", asok, "config", "get", key))[key])
 
     def __enter__(self) -> "CephRGW":
         return self.start()
