@@ -486,7 +486,9 @@ def test_overlap_the_plan_leans_on_is_measured_even_past_the_budget():
     # round either: 2 in a row, then 2 waves of 4 (urllib3's wave) one at a time.
     assert assumed.threads > 1 and stake > (2 + 2 * LATENCY_THREADS) * 0.002
     tuning, probe = tune_read(SerialTransport(blob, 0.002), layout, sel, fast, header=header)
-    assert "latency" in probe.measured and probe.latency_concurrency < 1.5
+    # A serial link overlaps nothing (1.0) where 4 threads at once would give 4; scheduling on a
+    # loaded machine stretches single waits (1.51 seen at load 16), so the bound sits halfway.
+    assert "latency" in probe.measured and probe.latency_concurrency < 2.5
     assert tuning.cost.latency_concurrency is not None
     assert make_plan(layout, sel, strategy=tuning.strategy, chunk_bytes=tuning.chunk_bytes,
                      max_gap_bytes=tuning.max_gap_bytes).n_requests < make_plan(
