@@ -104,7 +104,7 @@ class CpuSampler:
 
 
 def _cell(cluster: Cluster, url: str, shape, workload: str, method: str, ranks: int, nodes: int,
-          object_bytes: int, work_dir: str, sampler: CpuSampler) -> dict:
+          object_bytes: int, work_dir: str, sampler: CpuSampler, timeout_s: float = RUN_TIMEOUT_S) -> dict:
     report = os.path.join(work_dir, f"report-{workload}-{method}-n{nodes}-p{ranks}.json")
     if os.path.exists(report):
         os.remove(report)
@@ -123,12 +123,19 @@ def _cell(cluster: Cluster, url: str, shape, workload: str, method: str, ranks: 
     import subprocess
 
     t_start = time.time()
-    with links.meter_for(cluster) as meter:  # what each capped link carried, for the carried limit
-        proc = subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL)
-    shutil.rmtree(stage_here, ignore_errors=True)
     row = {"workload": workload, "method": method, "nodes": nodes, "ranks": ranks, "queue": cluster.spec.queue,
-           "ranks_per_node": math.ceil(ranks / nodes), "wall_s": time.time() - t_start}
+           "ranks_per_node": math.ceil(ranks / nodes)}
+    try:
+        with links.meter_for(cluster) as meter:  # what each capped link carried, for the carried limit
+            proc = subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=timeout_s,
+                                  stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:  # a cell, not the whole bench: the next cells still run
+        stderr = exc.stderr.decode("utf-8", "replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        return {**row, "status": "failed", "wall_s": time.time() - t_start,
+                "stderr_tail": f"timed out after {timeout_s:g} s (--run-timeout-s); {stderr[-600:]}"}
+    finally:
+        shutil.rmtree(stage_here, ignore_errors=True)
+    row["wall_s"] = time.time() - t_start
     if proc.returncode != 0 or not os.path.exists(report):
         return {**row, "status": "failed", "stderr_tail": proc.stderr[-800:]}
     with open(report) as fh:
@@ -137,6 +144,11 @@ def _cell(cluster: Cluster, url: str, shape, workload: str, method: str, ranks: 
     agg = rep["aggregate"]
     row.update(status="ok", bytes_wire=agg["bytes_wire"], bytes_needed=agg["bytes_needed"],
                requests=agg["requests"], regions=len(rep.get("regions") or []))
+    if rep.get("root"):  # rank 0's own work (ingest.driver.rootwork): what grows with the ranks
+        root = rep["root"]
+        row.update(root_own_s=root["own_s"], root_steps_s=root["steps_s"], root_gather_s=root["gather_s"],
+                   root_report_s=root["report_s"], root_bytes_gathered=root["bytes_gathered"],
+                   root_of_makespan=root["own_s"] / agg["makespan_s"] if agg["makespan_s"] else None)
     rpn = math.ceil(ranks / nodes)  # --map-by node: the fullest node holds ceil(N/M) ranks
     if method == "direct":
         row["makespan_s"] = agg["makespan_s"]
@@ -195,6 +207,8 @@ def build_parser():
     parser.add_argument("--queue", default=None, choices=("fair", "fifo"),
                         help="how the servers' pipes are shared among the nodes (default: the config's, fair)")
     parser.add_argument("--repeats", type=int, default=1, help="interleaved rounds per cell (default 1)")
+    parser.add_argument("--run-timeout-s", type=float, default=RUN_TIMEOUT_S,
+                        help=f"bound on one cell's mpiexec, rank start-up included (default {RUN_TIMEOUT_S:g})")
     parser.add_argument("--results-dir", default=None, help="where cluster.json goes (default bench/results)")
     parser.add_argument("--summarize", metavar="JSON", default=None, help="print the table of a cluster.json; run nothing")
     parser.add_argument("--append", action="store_true",
@@ -256,7 +270,7 @@ def run(args) -> dict:
                                     continue
                                 for ranks in ranks_list:
                                     row = _cell(cluster, url, SHAPE, workload, method, ranks, nodes, object_bytes,
-                                                work_dir, sampler)
+                                                work_dir, sampler, args.run_timeout_s)
                                     rows.append({**row, "repeat": repeat})
                                     # after every cell: a stopped run keeps what it measured
                                     common.write_results(NAME, _results(args, rows, object_bytes, False),
@@ -282,7 +296,7 @@ def to_markdown(results: dict) -> str:
             order.get(kv[0][0], 9), order.get(kv[0][1], 9), kv[0][2], kv[0][3])):
         ok = [r for r in rs if r["status"] == "ok"]
         if not ok:
-            body.append([workload, method, nodes, ranks, "failed", *["-"] * 11])
+            body.append([workload, method, nodes, ranks, "failed", *["-"] * 12])
             continue
         med = statistics.median
         r0 = ok[0]
@@ -296,7 +310,11 @@ def to_markdown(results: dict) -> str:
                      f"{med(r['ratio'] for r in ok):.2f}",
                      f"{med(r['carried_ratio'] for r in ok):.2f}" if all(r.get("carried_ratio") for r in ok) else "-",
                      f"{med(r['bytes_wire'] for r in ok) / common.MiB:.1f}",
-                     f"{med(r['bytes_needed'] for r in ok) / common.MiB:.2f}", r0["limit_binding"],
+                     f"{med(r['bytes_needed'] for r in ok) / common.MiB:.2f}",
+                     (f"{med(r['root_own_s'] for r in ok):.3f} ({med(r['root_of_makespan'] for r in ok):.1%}), "
+                      f"{med(r['root_bytes_gathered'] for r in ok) / 1024:.0f} KiB"
+                      if all(r.get("root_of_makespan") is not None for r in ok) else "-"),
+                     r0["limit_binding"],
                      f"{r0['bottleneck']} (cpu {med((r['cpu_busy'] or 0) for r in ok):.0%})"])
     s = results["spec"]
     head = (f"### Emulated cluster: makespan / physical limit ({results['object_bytes'] / common.MiB:.0f} MiB cube; "
@@ -308,7 +326,7 @@ def to_markdown(results: dict) -> str:
     return "\n".join([head, "", common.markdown_table(
         ["workload", "method", "nodes", "ranks", "makespan s", "predicted s", "measured / predicted", "model binds",
          "pipes' limit s", "client CPU floor s", "x limit", "x carried limit", "wire MiB", "needed MiB",
-         "limit binds",
+         "rank 0's own s (of makespan), gathered", "limit binds",
          "bottleneck"], body)])
 
 

@@ -16,6 +16,7 @@ from ingest.driver.job import Job, prepare_job, remember_job
 from ingest.driver.read import read_rank_regions
 from ingest.driver.mpi import all_agree_or_raise, root_step, topology
 from ingest.driver.probe_rounds import root_step_with_crew
+from ingest.driver.rootwork import building_report, gather_to_root, ledger, start_ledger
 from ingest.errors import ConfigError
 from ingest.staging.tools import check_stage_with
 from ingest.api.options import refuse_unknown
@@ -109,6 +110,7 @@ def run(comm, cfg: RunConfig | Mapping | None = None, **options) -> RankResult:
     cfg = config_for(cfg, options, "ingest.driver.run")
     from mpi4py import MPI
 
+    start_ledger()
     rank = comm.Get_rank()
     if cfg.compare == "staging":
         root_step(comm, check_stage_with, cfg.stage_with, cfg.source)  # before the direct read, not after
@@ -132,8 +134,8 @@ def run(comm, cfg: RunConfig | Mapping | None = None, **options) -> RankResult:
         region.data = apply_scaling(region.data, job.layout)
         if cfg.native_byteorder:
             region.data = to_native(region.data)
-    records = comm.gather(record, root=0)
-    region_records = comm.gather([r.record for r in regions], root=0)
+    records = gather_to_root(comm, record)
+    region_records = gather_to_root(comm, [r.record for r in regions])
     baseline = None
     if cfg.compare == "staging":
         from ingest.driver.baseline import measure_staging
@@ -145,8 +147,10 @@ def run(comm, cfg: RunConfig | Mapping | None = None, **options) -> RankResult:
         baseline = baseline_from_report(cfg.baseline)
     report = None
     if rank == 0:
-        report = ReportFacts(cfg, job).build(records, mode="direct", baseline=baseline,
-                                              regions=_flat(region_records))
+        with building_report():
+            report = ReportFacts(cfg, job).build(records, mode="direct", baseline=baseline,
+                                                  regions=_flat(region_records))
+        report["root"] = ledger().as_dict(report["aggregate"]["makespan_s"])
         remember_job(job, report["aggregate"]["makespan_s"])
         publish_report(cfg, report)
     return RankResult(regions, record, report)

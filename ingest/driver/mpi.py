@@ -12,6 +12,7 @@ import time
 import traceback
 
 from ingest.core.sharing import Topology
+from ingest.driver.rootwork import note_step
 from ingest.errors import IngestError
 
 # Launchers export the task count they started; a world smaller than that means mpi4py was not
@@ -94,6 +95,7 @@ def root_step(comm, fn, *args, **kwargs):
     """Run fn on rank 0 only and broadcast its result; an IngestError there is raised on every
     rank (the others get RootStepFailed), so all ranks leave together instead of hanging."""
     result, error = None, None
+    t0 = time.perf_counter()
     if comm.Get_rank() == 0:
         try:
             result = fn(*args, **kwargs)
@@ -106,7 +108,10 @@ def root_step(comm, fn, *args, **kwargs):
         raise error
     if error_text is not None:
         raise RootStepFailed(error_text)
-    return comm.bcast(result, root=0)
+    result = comm.bcast(result, root=0)
+    if comm.Get_rank() == 0:
+        note_step(time.perf_counter() - t0)
+    return result
 
 
 # How often a rank waiting in quiet_barrier looks again: a sleep this short adds at most this

@@ -20,6 +20,7 @@ from ingest.config.settings import retry_policy, transport_options
 from ingest.driver.job import Job, assign, plan_box, prepare_job
 from ingest.driver.mpi import all_agree_or_raise, root_step, topology
 from ingest.driver.probe_rounds import root_step_with_crew
+from ingest.driver.rootwork import building_report, gather_to_root, ledger, start_ledger
 from ingest.driver.read import read_rank_regions
 from ingest.driver.source import ensure_lifetime, resolve_source
 from ingest.errors import ConfigError, IngestError
@@ -357,6 +358,7 @@ def prestage(comm, cfg: RunConfig) -> dict | None:
 
     if not cfg.output_dir:
         raise ConfigError("output_dir: required for `prestage` (the directory the pipeline reads from)")
+    start_ledger()
     rank, size = comm.Get_rank(), comm.Get_size()
     job = root_step_with_crew(comm, prepare_job, cfg, topology(comm), cfg.compare == "staging", False,
                               room=lambda job_bytes: _room_before_data(cfg, job_bytes))
@@ -400,8 +402,8 @@ def prestage(comm, cfg: RunConfig) -> dict | None:
     partial = None if any(comm.allgather(error is not None)) else root_step(comm, _publish_complete, cfg, stage,
                                                                            manifest)
     all_agree_or_raise(comm, error)
-    region_records = comm.gather(_merge_regions(per_cube_regions, set(bad)), root=0)
-    records = comm.gather(_merge_rank(rank_records), root=0)
+    region_records = gather_to_root(comm, _merge_regions(per_cube_regions, set(bad)))
+    records = gather_to_root(comm, _merge_rank(rank_records))
     baseline = None
     if cfg.compare == "staging":
         from ingest.driver.baseline import measure_staging
@@ -411,16 +413,18 @@ def prestage(comm, cfg: RunConfig) -> dict | None:
         return None
     if partial:
         raise IngestError(f"output_dir: {len(partial)} file(s) still have regions to stage, e.g. {partial[0]}")
-    written = _sofia_files(cfg, manifest, job) if cfg.sofia_template else []
-    stitched = _virtual_cubes(cfg, stage, manifest)
-    regions = sorted((r for rs in region_records for r in rs), key=lambda r: r["index"])
-    staged = {r["index"] for r in regions}
-    regions += [{"index": r["index"], "rank": None, "box": r["box"], "status": "skipped"}
-                for r in manifest["regions"] if r["index"] not in staged]
-    facts = ReportFacts(cfg, replace(job, assignment=assignment))
-    report = facts.build(records, mode="prestage", baseline=baseline, regions=regions,
-                         extra={"layout": cfg.layout, "manifest": manifests.path_in(cfg.output_dir),
-                                "files": sorted({p for r in manifest["regions"] for p in r["files"].values()}),
-                                "sofia_files": written, "virtual_datasets": stitched})
+    with building_report():  # the pipeline's files count as rank 0's work: only it writes them
+        written = _sofia_files(cfg, manifest, job) if cfg.sofia_template else []
+        stitched = _virtual_cubes(cfg, stage, manifest)
+        regions = sorted((r for rs in region_records for r in rs), key=lambda r: r["index"])
+        staged = {r["index"] for r in regions}
+        regions += [{"index": r["index"], "rank": None, "box": r["box"], "status": "skipped"}
+                    for r in manifest["regions"] if r["index"] not in staged]
+        facts = ReportFacts(cfg, replace(job, assignment=assignment))
+        report = facts.build(records, mode="prestage", baseline=baseline, regions=regions,
+                             extra={"layout": cfg.layout, "manifest": manifests.path_in(cfg.output_dir),
+                                    "files": sorted({p for r in manifest["regions"] for p in r["files"].values()}),
+                                    "sofia_files": written, "virtual_datasets": stitched})
+    report["root"] = ledger().as_dict(report["aggregate"]["makespan_s"])
     publish_report(cfg, report)
     return report

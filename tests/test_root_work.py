@@ -1,0 +1,50 @@
+"""Rank 0's own work (planning, gathering, the report) is in every run's and prestage's report,
+with what grows with the ranks: real `mpiexec` jobs against the local S3 server."""
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from ingest.testbed.synth import write_cube
+from tests.mpitools import child_env, mpiexec
+
+SHAPE = (16, 64, 64)  # float32: 256 KiB
+
+
+@pytest.fixture(scope="module")
+def cube(s3_server, tmp_path_factory):
+    path = tmp_path_factory.mktemp("rootwork") / "cube.fits"
+    write_cube(path, SHAPE, -32)
+    bucket = s3_server.make_bucket(f"rootwork-{uuid.uuid4().hex[:8]}")
+    s3_server.client().upload_file(str(path), bucket, "cube.fits")
+    return f"s3://{bucket}/cube.fits"
+
+
+def _root(s3_server, ranks: int, args: list, report_path) -> dict:
+    proc, _ = mpiexec(ranks, [*args, "--report", report_path, "--no-probe", "--no-progress"], child_env(s3_server))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(report_path.read_text())
+    root = report["root"]
+    assert root["measuring_s"] == 0.0  # --no-probe
+    assert root["own_s"] == pytest.approx(root["steps_s"] + root["gather_s"] + root["report_s"])
+    assert root["of_makespan"] == pytest.approx(root["own_s"] / report["aggregate"]["makespan_s"])
+    return root
+
+
+def test_run_reports_rank_0s_steps_gathers_and_bytes_gathered_growing_with_ranks(s3_server, cube, tmp_path):
+    two = _root(s3_server, 2, ["run", "--source", cube, "--grid", "auto"], tmp_path / "two.json")
+    four = _root(s3_server, 4, ["run", "--source", cube, "--grid", "auto"], tmp_path / "four.json")
+    for root in (two, four):
+        assert root["steps"] >= 1 and root["steps_s"] > 0  # at least the job's preparation
+        assert root["gathers"] == 2  # the ranks' records and their regions'
+    # Every rank's record and regions come to rank 0: twice the ranks, more bytes.
+    assert four["bytes_gathered"] > two["bytes_gathered"] > 0
+
+
+def test_prestage_reports_rank_0s_own_work(s3_server, cube, tmp_path):
+    root = _root(s3_server, 2, ["prestage", "--source", cube, "--output-dir", tmp_path / "staged"],
+                 tmp_path / "prestage.json")
+    # prepare, the stage, its files, their completion: four steps; the regions and the ranks gathered
+    assert root["steps"] >= 4 and root["gathers"] == 2 and root["bytes_gathered"] > 0
