@@ -207,6 +207,8 @@ def build_parser():
     parser.add_argument("--queue", default=None, choices=("fair", "fifo"),
                         help="how the servers' pipes are shared among the nodes (default: the config's, fair)")
     parser.add_argument("--repeats", type=int, default=1, help="interleaved rounds per cell (default 1)")
+    parser.add_argument("--shape", default=None, metavar="CHANNELSxYxX",
+                        help="the cube's shape, float32 (default 64x512x512: 64 MiB)")
     parser.add_argument("--run-timeout-s", type=float, default=RUN_TIMEOUT_S,
                         help=f"bound on one cell's mpiexec, rank start-up included (default {RUN_TIMEOUT_S:g})")
     parser.add_argument("--results-dir", default=None, help="where cluster.json goes (default bench/results)")
@@ -215,6 +217,19 @@ def build_parser():
                         help="keep the cells of an earlier cluster.json in --results-dir and add these")
     parser.add_argument("--quiet", action="store_true", help="no per-cell lines on stderr")
     return parser
+
+
+def _shape(args) -> tuple:
+    """The cube's numpy shape: --shape CHANNELSxYxX, or SHAPE."""
+    if not args.shape:
+        return SHAPE
+    try:
+        shape = tuple(int(n) for n in args.shape.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if len(shape) != 3 or min(shape) < 1:
+        raise SystemExit(f"--shape: {args.shape!r} is not CHANNELSxYxX, e.g. 256x512x512")
+    return shape
 
 
 def _spec(args, nodes: int | None = None, ranks_per_node: int | None = None):
@@ -226,7 +241,7 @@ def _spec(args, nodes: int | None = None, ranks_per_node: int | None = None):
 
 def _results(args, rows: list, object_bytes: int, complete: bool) -> dict:
     spec = _spec(args)
-    return {"cube_shape": list(SHAPE), "object_bytes": object_bytes, "complete": complete, "spec": {
+    return {"cube_shape": list(_shape(args)), "object_bytes": object_bytes, "complete": complete, "spec": {
         "store_egress_bytes_per_s": spec.store.egress_rate_bytes_per_s, "store_latency_s": spec.store.latency_s,
         "nic_bytes_per_s": spec.node.nic_rate_bytes_per_s, "fs_bytes_per_s": spec.fs.rate_bytes_per_s,
         "fs_latency_s": spec.fs.latency_s, "queue": spec.queue}, "cells": rows}
@@ -254,7 +269,8 @@ def run(args) -> dict:
     # probe is planned with what an earlier cell measured (the report names which it used).
     os.environ["INGEST_LINK_CACHE"] = os.path.join(work_dir, "links.json")
     cube = os.path.join(work_dir, "cube.fits")
-    write_cube(cube, SHAPE, -32)
+    shape = _shape(args)
+    write_cube(cube, shape, -32)
     object_bytes = os.path.getsize(cube)
     rows = _earlier(args) if args.append else []
     try:
@@ -269,7 +285,7 @@ def run(args) -> dict:
                                 if method == "staging" and workload not in staging_workloads:
                                     continue
                                 for ranks in ranks_list:
-                                    row = _cell(cluster, url, SHAPE, workload, method, ranks, nodes, object_bytes,
+                                    row = _cell(cluster, url, shape, workload, method, ranks, nodes, object_bytes,
                                                 work_dir, sampler, args.run_timeout_s)
                                     rows.append({**row, "repeat": repeat})
                                     # after every cell: a stopped run keeps what it measured

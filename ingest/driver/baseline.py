@@ -13,7 +13,6 @@ alike; the other ranks wait without spinning a core the tool may need.
 from __future__ import annotations
 
 import os
-import time
 
 from ingest.staging import stage as staging
 from ingest.staging import tools as stage_tools
@@ -21,7 +20,7 @@ from ingest.config import RunConfig
 from ingest.config.settings import transport_options
 from ingest.driver.job import Job
 from ingest.driver.read import read_rank_regions
-from ingest.driver.mpi import all_agree_or_raise, root_step
+from ingest.driver.mpi import all_agree_or_raise, quiet_barrier, root_step
 from ingest.transports import open_transport
 
 
@@ -58,9 +57,7 @@ def _root_copies(comm, command, tmp_path: str, job: Job) -> Exception | None:
             staging.download_with_tool(command, tmp_path, job.info.object_bytes, job.layout.source)
         except Exception as exc:  # noqa: BLE001 - every rank learns of it below
             error = exc
-    request = comm.Ibarrier()
-    while not request.Test():
-        time.sleep(0.002)
+    quiet_barrier(comm)
     return error
 
 

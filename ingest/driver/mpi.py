@@ -71,6 +71,7 @@ def topology(comm) -> Topology:
     from mpi4py import MPI
 
     here = (MPI.Get_processor_name(), (_machine_id(), cpus()))
+    quiet_barrier(comm)  # ranks start seconds apart at scale: the first wait here for the last
     hosts, machines = zip(*comm.allgather(here))
     return Topology.of_hosts(hosts, machines)
 
@@ -101,6 +102,10 @@ def root_step(comm, fn, *args, **kwargs):
             result = fn(*args, **kwargs)
         except IngestError as exc:
             error = exc
+    # The others wait for rank 0's step asleep: a rank blocked in bcast spins a core (Open MPI
+    # busy-polls), and where ranks outnumber cores (64 emulated ranks on 2 cores) they took them
+    # from rank 0 itself, so the step it did for them took minutes instead of a second.
+    quiet_barrier(comm)
     error_text = comm.bcast(None if error is None else str(error), root=0)
     if error is not None:
         error.collective = True  # every rank knows: exit cleanly, no Abort needed
