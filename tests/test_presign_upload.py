@@ -196,6 +196,7 @@ def test_upload_20_mib_multipart_round_trips(s3_server, s3_bucket, tmp_path):
                          concurrency=4, progress=False, client=client)
     assert (result.object_bytes, result.part_bytes, result.n_parts) == (len(data), 5 * MiB, 5)
     assert result.etag.endswith("-5")  # multipart ETag: md5-of-part-md5s "-" part count
+    assert result.integrity["object"] == "ETag matched the MD5 of the parts sent (ingest-checked)"  # ingest computed it
     assert client.get_object(Bucket=s3_bucket, Key="up/cube.fits")["Body"].read() == data
 
 

@@ -99,7 +99,11 @@ def test_frame_prestage_publishes_the_source_byte_for_byte_then_refuses_to_overw
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _body(client, bucket, "out/frame.fits") == store["bytes"]
     facts = json.loads(report.read_text())
-    assert facts["method"] == "s3" and facts["checksum"] == "CRC32" and facts["parts"] == 5
+    assert facts["method"] == "s3" and facts["parts"] == 5
+    # versitygw verifies Content-MD5 and returns the composite CRC32; tests/test_upload_integrity.py has RGW's record.
+    assert facts["integrity"]["parts"] == "Content-MD5 (store-verified)"
+    assert facts["integrity"]["object"] == ("ETag matched the MD5 of the parts sent (ingest-checked); "
+                                            "composite CRC32 matched")
     assert sum(r["parts_uploaded"] for r in facts["ranks"]) == 5
     etag = client.head_object(Bucket=bucket, Key="out/frame.fits")["ETag"]
 
@@ -158,6 +162,44 @@ def test_bad_input_names_the_field_and_writes_nothing(s3_server, store, tmp_path
     empty = cli(["publish", "--source", tmp_path, "--dest", f"s3://{bucket}/x.fits"], child_env(s3_server))
     assert empty.returncode == 1 and "nothing to publish" in empty.stderr
     assert _objects(store["client"], bucket, "x.fits") == (None, [])
+
+
+# ------------------------------------------------------------------ a per-channel beam table
+
+def test_a_cube_with_a_beam_table_is_published_with_it(s3_server, s3_bucket, tmp_path):
+    """CASAMBM = T in the header means a BEAMS extension follows the data: publish copies the
+    header's cube's table whole (the object is the whole cube), so the claim stays true."""
+    from ingest.testbed.synth import beam_rows, write_cube
+
+    shape = (12, 40, 48)
+    cutouts = tmp_path / "cutouts"
+    cutouts.mkdir()
+    cube = cutouts / f"rank0000_x0-{shape[2]}_y0-{shape[1]}_z0-{shape[0]}.fits"
+    write_cube(cube, shape, -32, beams=True)
+    proc = cli(["publish", "--source", cutouts, "--header-from", cube, "--dest", f"s3://{s3_bucket}/beams.fits",
+                "--no-progress"], child_env(s3_server))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    body = _body(s3_server.client(), s3_bucket, "beams.fits")
+    with warnings.catch_warnings(), fits.open(io.BytesIO(body)) as got, fits.open(cube) as want:
+        warnings.simplefilter("ignore")
+        assert got[0].header["CASAMBM"] is True and got[0].header["EXTEND"] is True
+        assert np.array_equal(got[0].data, want[0].data)
+        assert len(got) == 2 and got[1].header["EXTNAME"] == "BEAMS" and got[1].header["NCHAN"] == shape[0]
+        rows = beam_rows(shape[0], 1)
+        assert all(np.array_equal(got[1].data[name], rows[name]) for name in rows.dtype.names)
+    assert len(body) % 2880 == 0
+
+
+def test_a_header_claiming_a_beam_table_it_cannot_carry_loses_the_claim():
+    """A caller's header (no table at hand) that says CASAMBM = T: the object must not promise it."""
+    from ingest.outputs.publish_image import fits_image
+
+    header = fits.Header([("SIMPLE", True), ("BITPIX", -32), ("NAXIS", 3), ("NAXIS1", 4), ("NAXIS2", 3),
+                          ("NAXIS3", 2), ("CASAMBM", True)])
+    image, text = fits_image(header, (2, 3, 4), np.dtype(">f4"))
+    parsed = fits.Header.fromstring(text)
+    assert "CASAMBM" not in parsed and parsed["NAXIS3"] == 2
+    assert image.object_bytes == 2 * 2880  # header block, data padded to one block: no table
 
 
 # ------------------------------------------------------------------ the store verifies every part

@@ -44,7 +44,8 @@ def _run(args) -> int:
     print(
         f"uploaded {args.path} -> s3://{result.bucket}/{result.key}: {format_bytes(result.object_bytes)} "
         f"in {result.n_parts} part(s) of {format_bytes(result.part_bytes)}, "
-        f"{result.elapsed_s:.2f} s ({format_bytes(rate)}/s), ETag {result.etag}, {result.checksum} given to the "
-        f"store to verify"
+        f"{result.elapsed_s:.2f} s ({format_bytes(rate)}/s), ETag {result.etag}"
     )
+    for name, finding in result.integrity.items():  # what was checked, and by whom (ingest.staging.integrity)
+        print(f"  {name}: {finding}")
     return 0

@@ -3,8 +3,11 @@ back as one FITS object (or one contiguous HDF5 dataset) by a multipart upload.
 
 Protocol. Rank 0 plans (ingest.driver.publish_plan) and creates the upload; the ranks run the
 two-phase rounds (ingest.driver.publish_rounds); rank 0 gathers the parts' ETags and checksums
-and completes the upload with them in order, then checks the stored size (and the composite
-CRC32 the store returns). Nothing is visible at the key until that completion.
+and completes the upload with them in order, then checks the stored object by a HEAD: its size,
+its ETag against the MD5s of the parts sent, and the composite CRC32 where the store returns one
+(ingest.staging.integrity); a mismatch deletes it. Nothing is visible at the key until that
+completion. The report's `integrity` says what was checked, by whom, and whether the key was
+guarded against a concurrent writer; its `etag` is the HEAD's (RGW's completion gives none).
 
 Failures. A failure on any rank (an upload that gave up, a refused checksum) is known to every
 rank at the next round's status exchange; all stop, and rank 0 aborts the multipart upload, so
@@ -168,8 +171,8 @@ def _upload(comm, cfg: RunConfig, plan: Plan, holdings: dict, upload, t0: float,
 
     def abandon() -> str:
         """Rank 0: what happens to the upload after a failure (aborted unless resume asked to keep it)."""
-        if abandoned[0]:
-            return ""
+        if abandoned[0] or (upload is not None and upload.completed):
+            return ""  # completed: the failure (a mismatch) already says what became of the object
         abandoned[0] = True
         if cfg.resume:
             return f"; the upload {plan.upload_id} is kept: the same command with --resume continues it"
@@ -208,6 +211,7 @@ def _upload(comm, cfg: RunConfig, plan: Plan, holdings: dict, upload, t0: float,
             restore()
     result = {"uri": plan.uri, "object_bytes": plan.object_bytes, "format": plan.format, "part_bytes": plan.part_bytes,
               "parts": len(plan.parts), "elapsed_s": MPI.Wtime() - t0, "etag": outcome["etag"],
+              "integrity": outcome["integrity"],
               "resumed": plan.resumed, "rank": rank, **stats.as_dict(),
               "memory_bound_bytes": _memory_bound(cfg, plan)}
     if rank == 0:
@@ -242,11 +246,7 @@ def _complete(cfg: RunConfig, plan: Plan, upload, per_rank_records) -> dict:
     if numbers != list(range(1, len(plan.parts) + 1)):
         missing = sorted(set(range(1, len(plan.parts) + 1)) - set(numbers))
         raise PublishError(f"{plan.uri}: part(s) {missing[:10]} have no record after the rounds; not completing")
-    reply = upload.complete(records, refuse_existing=not cfg.overwrite)
-    stored = upload.existing_bytes()
-    if stored != plan.object_bytes:
-        raise PublishError(f"{plan.uri}: the completed object is {stored} bytes, the plan made {plan.object_bytes}")
-    return {"etag": reply.get("ETag", "").strip('"'), "checksum": reply.get("ChecksumCRC32")}
+    return upload.complete(records, refuse_existing=not cfg.overwrite, object_bytes=plan.object_bytes)
 
 
 def _memory_bound(cfg: RunConfig, plan: Plan) -> int:
@@ -260,7 +260,7 @@ def _report(cfg: RunConfig, plan: Plan, result: dict, ranks: list, what: str) ->
     report = {"schema": "ingest.publish/1", "dest": plan.uri, "from": what, "format": plan.format,
               "object_bytes": plan.object_bytes, "part_bytes": plan.part_bytes, "part_reason": plan.part_reason,
               "parts": len(plan.parts), "method": "presigned" if plan.presigned else "s3",
-              "checksum": plan.checksum or "MD5", "resumed": plan.resumed, "parts_stored_before": len(plan.existing),
+              "integrity": result["integrity"], "resumed": plan.resumed, "parts_stored_before": len(plan.existing),
               "etag": result["etag"], "elapsed_s": result["elapsed_s"], "memory_bound_bytes": result["memory_bound_bytes"],
               "ranks": [{"rank": r, **stats} for r, stats in enumerate(ranks)]}
     uploaded = sum(r["bytes_uploaded"] for r in ranks)
@@ -268,6 +268,8 @@ def _report(cfg: RunConfig, plan: Plan, result: dict, ranks: list, what: str) ->
     print(f"ingest publish: {plan.uri} complete: {format_bytes(plan.object_bytes)} in {len(plan.parts)} part(s), "
           f"{format_bytes(uploaded)} uploaded, {sum(r['parts_verified'] for r in ranks)} part(s) already stored, "
           f"{result['elapsed_s']:.2f} s ({format_bytes(rate)}/s), ETag {result['etag']}", flush=True)
+    for name, finding in result["integrity"].items():  # what was checked, and by whom (ingest.staging.integrity)
+        print(f"  {name}: {finding}", flush=True)
     if cfg.report:
         from ingest.outputs.report import write_report
 

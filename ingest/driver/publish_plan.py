@@ -5,7 +5,9 @@ regions' type; who writes which voxel (core.ownership); the part size (core.part
 of the unfinished upload being resumed) and the parts; the bytes each rank holds of each part
 and so each part's aggregator; then the store: an object already at the key (refused without
 overwrite), unfinished uploads of it (resumed with resume, discarded with overwrite, refused
-otherwise), and last the one call that changes anything, CreateMultipartUpload.
+otherwise), whether the store honours If-None-Match on completion (a probe on a key beside the
+destination, unless overwrite: the report's `guard` says only what was seen), and last the one
+call that changes anything at the key, CreateMultipartUpload.
 """
 from __future__ import annotations
 
@@ -186,6 +188,8 @@ def make_plan(cfg: RunConfig, regions, held_by, header, header_source: str | Non
     aggregators = assign_aggregators(held)
     for stale in discard:  # overwrite: earlier runs' unfinished uploads of this key go
         upload.abort(stale["UploadId"])
+    if not cfg.overwrite:
+        upload.probe_guard()
     if resume_from is None:
         upload.create(None if presigned else "CRC32")
     keep["upload"] = upload

@@ -5,7 +5,11 @@ XTENSION becomes SIMPLE) with NAXISn and BITPIX from the regions; CHECKSUM/DATAS
 describe other bytes), and when the regions' type differs from the header's BITPIX (a SoFiA-2
 mask is int32, its cube float32) BSCALE, BZERO, BLANK, DATAMIN and DATAMAX go too, since they
 described the old values. The data follows the header, big-endian, padded with zeros to a
-2880-byte block. HDF5: the source dataset's path and attributes, contiguous, in a file h5py
+2880-byte block. A per-channel beam table goes with it: when the header's cube has a BEAMS
+extension (CASAMBM = T, ingest.formats.beams) the table follows the data whole (the object is the
+whole cube, so every channel's row holds), and CASAMBM = T stays; a header that says CASAMBM = T
+without a table at hand (a Header or card text from a caller) loses the card, so the object
+never promises a table it lacks. HDF5: the source dataset's path and attributes, contiguous, in a file h5py
 lays out once (ingest.outputs.h5files), so the data is one run at a known offset.
 """
 from __future__ import annotations
@@ -56,16 +60,34 @@ def fits_header(header, shape: tuple[int, ...], dtype: np.dtype) -> fits.Header:
     return header
 
 
-def fits_image(header, shape: tuple[int, ...], dtype: np.dtype) -> tuple[ObjectImage, str]:
-    """(image, header text) of a one-HDU FITS object holding `shape` of `dtype` after `header`."""
+def _mark_beams(header: fits.Header, beams, ndim: int) -> None:
+    """CASAMBM = T (and EXTEND = T) exactly when a BEAMS table follows the data."""
+    if beams is None:
+        header.remove("CASAMBM", ignore_missing=True, remove_all=True)
+        return
+    if "EXTEND" in header:
+        header["EXTEND"] = True
+    else:
+        header.insert(f"NAXIS{ndim}", ("EXTEND", True, "FITS dataset may contain extensions"), after=True)
+    header["CASAMBM"] = (True, "a beam per channel: see the BEAMS extension")
+
+
+def fits_image(header, shape: tuple[int, ...], dtype: np.dtype, beams=None) -> tuple[ObjectImage, str]:
+    """(image, header text) of a FITS object holding `shape` of `dtype` after `header`, then
+    `beams` (the cube's BeamTable, or None) as a BEAMS extension."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # astropy's VerifyWarning on odd cards of a source header
-        head = fits_header(header, shape, dtype).tostring().encode("ascii")  # whole blocks, END included
+        cards = fits_header(header, shape, dtype)
+        _mark_beams(cards, beams, len(shape))
+        head = cards.tostring().encode("ascii")  # whole blocks, END included
     itemsize = np.dtype(dtype).itemsize
     data_bytes = itemsize * math.prod(shape)
     pad = -data_bytes % BLOCK_BYTES
     pieces = ((0, head),) + (((len(head) + data_bytes, b"\0" * pad),) if pad else ())  # padding is zeros (FITS 3.3.2)
-    image = ObjectImage(len(head) + data_bytes + pad, len(head), tuple(shape), itemsize, pieces)
+    table = beams.to_bytes() if beams is not None else b""  # whole blocks: header and rows
+    if table:
+        pieces += ((len(head) + data_bytes + pad, table),)
+    image = ObjectImage(len(head) + data_bytes + pad + len(table), len(head), tuple(shape), itemsize, pieces)
     image.check()
     return image, head.decode("ascii")
 
@@ -100,4 +122,4 @@ def object_image(header_layout, header, shape: tuple[int, ...], dtype: np.dtype)
         return hdf5_image(header_layout, shape, dtype), "hdf5"
     if header_layout.kind != "fits":
         raise ConfigError(f"header: {header_layout.source} is a {header_layout.kind} source, not a FITS or HDF5 cube")
-    return fits_image(header_layout.header_text, shape, dtype)[0], "fits"
+    return fits_image(header_layout.header_text, shape, dtype, getattr(header_layout, "beams", None))[0], "fits"

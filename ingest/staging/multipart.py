@@ -11,6 +11,12 @@ header a store accepts unsigned (a presigned URL would have to sign `x-amz-check
 advance, and rank 0 cannot know the bytes when it signs). versitygw verifies both, as AWS does.
 Every checksum goes as a header: no part depends on an `aws-chunked` trailer.
 
+Checked by ingest too (ingest.staging.integrity), because not every store verifies what it is
+given: each part's ETag must be the MD5 of the bytes sent (else the part is retried), and after
+completion a HEAD of the object must show the multipart ETag those MD5s make (and the composite
+CRC32, where the store returns one); a mismatch deletes the object. `complete` returns the
+integrity record that says which of these held, and the HEAD's ETag (RGW's completion has none).
+
 Retrying is ours (ingest.transports.retry's policy), not botocore's: botocore would retry a
 BadDigest four times without saying so, and every retry must count against the same bound. A
 throttled part (503 SlowDown, 429, a refused connection) is not a failure: the rank's Limiter
@@ -28,6 +34,7 @@ from dataclasses import dataclass
 from ingest.engine.throttle import Limiter, ThrottleStats
 from ingest.errors import RetryableError, TransportError
 from ingest.redact import redact_urls
+from ingest.staging import integrity
 from ingest.transports.retry import RetryPolicy, retry_call
 
 # Store answers worth another attempt: the server's trouble, or bytes damaged on the way.
@@ -37,12 +44,16 @@ _RETRYABLE_CODES = {"SlowDown", "RequestTimeout", "BadDigest", "InternalError", 
 
 @dataclass(frozen=True)
 class PartRecord:
-    """One stored part: number (1-based), size in bytes, ETag (quoted, as S3 gives it), CRC32 (base64) or None."""
+    """One stored part: number (1-based), size in bytes, ETag (quoted, as S3 gives it), CRC32 (base64)
+    or None; md5: hex MD5 of the bytes ingest meant for it (None: not known); sent: the checksum the
+    store was given to verify ("Content-MD5" or "CRC32"; None: found stored, checked on resume)."""
 
     number: int
     size_bytes: int
     etag: str
     crc32: str | None = None
+    md5: str | None = None
+    sent: str | None = None
 
 
 def crc32_b64(buffer) -> str:
@@ -156,6 +167,8 @@ class Upload:
         self.client, self.bucket, self.key, self.policy = client, bucket, key, policy
         self.upload_id: str | None = None
         self.checksum: str | None = None  # "CRC32", or None: Content-MD5 per part
+        self.guard: str | None = None  # the If-None-Match probe's finding (probe_guard), None: not probed
+        self.completed = False  # the store completed the upload: nothing left to abort
 
     @property
     def uri(self) -> str:
@@ -214,26 +227,44 @@ class Upload:
             "upload_part", Params={"Bucket": self.bucket, "Key": self.key, "UploadId": self.upload_id,
                                    "PartNumber": number}, ExpiresIn=expires_s), f"{self.uri}: presign part {number}")
 
-    def complete(self, records: list[PartRecord], refuse_existing: bool) -> dict:
-        """Complete with the parts in order; `refuse_existing` makes the store refuse if an object
-        appeared at the key meanwhile (If-None-Match: *), where it supports the condition."""
+    def probe_guard(self) -> str:
+        """Find out whether this store honours If-None-Match on completion (integrity.probe_guard);
+        kept for `complete`'s record."""
+        self.guard = integrity.probe_guard(self.client, self.bucket, self.key)
+        return self.guard
+
+    def complete(self, records: list[PartRecord], refuse_existing: bool, object_bytes: int) -> dict:
+        """Complete with the parts in order, then check the stored object (integrity.check_object:
+        size, ETag from the parts' MD5s, composite CRC32). `refuse_existing` sends If-None-Match: *
+        so a store that honours it refuses an object that appeared at the key meanwhile. Returns
+        {'etag': the HEAD's (the stored object's), 'integrity': the record}."""
+        ordered = sorted(records, key=lambda r: r.number)
         parts = [{"PartNumber": r.number, "ETag": r.etag, **({"ChecksumCRC32": r.crc32} if self.checksum else {})}
-                 for r in sorted(records, key=lambda r: r.number)]
+                 for r in ordered]
         call = {"Bucket": self.bucket, "Key": self.key, "UploadId": self.upload_id, "MultipartUpload": {"Parts": parts}}
+        guard = self.guard or "unguarded: If-None-Match sent, never seen honoured here; HEAD before the upload only"
         try:
             reply = self._retry(lambda: self.client.complete_multipart_upload(
                 **call, **({"IfNoneMatch": "*"} if refuse_existing else {})), "CompleteMultipartUpload")
         except TransportError as exc:
             if refuse_existing and "NotImplemented" in str(exc):  # a store without conditional writes
                 reply = self._retry(lambda: self.client.complete_multipart_upload(**call), "CompleteMultipartUpload")
+                guard = "unguarded: the store refused If-None-Match (NotImplemented); HEAD before the upload only"
             else:
                 raise
+        self.completed = True
+        composite = None
         if self.checksum == "CRC32" and reply.get("ChecksumCRC32"):
-            want = composite_crc32([r["ChecksumCRC32"] for r in parts])
-            if reply["ChecksumCRC32"] != want:
-                raise TransportError(f"{self.uri}: the completed object's checksum is {reply['ChecksumCRC32']}, "
-                                     f"the parts' composite is {want}")
-        return reply
+            composite = (reply["ChecksumCRC32"], composite_crc32([r["ChecksumCRC32"] for r in parts]))
+        md5s = [r.md5 for r in ordered] if all(r.md5 for r in ordered) else None
+        head, checked = self._retry(lambda: integrity.check_object(self.client, self.bucket, self.key, md5s,
+                                                                    object_bytes, composite=composite), "HEAD")
+        record = {"parts": integrity.parts_record([r.sent for r in ordered]),
+                  "part_etags": integrity.part_etags_record([r.etag for r in ordered], md5s) if md5s
+                  else "not checked: the parts' MD5s are not known",
+                  "object": checked,
+                  "guard": guard if refuse_existing else integrity.GUARD_NONE_OVERWRITE}
+        return {"etag": head.get("ETag", "").strip('"'), "integrity": record}
 
     def abort(self, upload_id: str | None = None) -> None:
         upload_id = upload_id or self.upload_id
@@ -262,17 +293,24 @@ class PartUploader:
     def put(self, number: int, buffer, url: str | None = None) -> PartRecord:
         """Upload part `number` (its bytes in `buffer`) with its checksum; retried per the policy."""
         what = f"s3://{self.bucket}/{self.key}: part {number}"
+        # The MD5 is computed once, always: it is the Content-MD5 the store verifies (where it is
+        # sent) and what ingest checks the part's ETag, then the object's, against.
+        md5 = md5_b64(buffer)
         if self.presigned:
-            md5 = md5_b64(buffer)
             return retry_call(lambda: _call(lambda: self._put_url(number, buffer, url, md5, what), what),
                               self.policy, what, gate=self.limiter)
         crc = crc32_b64(buffer) if self.checksum == "CRC32" else None
-        extra = {"ChecksumCRC32": crc} if crc else {"ContentMD5": md5_b64(buffer)}
+        extra = {"ChecksumCRC32": crc} if crc else {}
+        # The client's policy (ingest.transports.s3client): Content-MD5 off AWS, beside the CRC32.
+        if not crc or self._client.meta.config.request_checksum_calculation != "when_supported":
+            extra["ContentMD5"] = md5
+        sent = "Content-MD5" if "ContentMD5" in extra else "CRC32"
 
         def put():
             reply = self._client.upload_part(Bucket=self.bucket, Key=self.key, UploadId=self.upload_id,
                                              PartNumber=number, Body=_BufferFile(buffer), **extra)
-            return PartRecord(number, len(buffer), reply["ETag"], crc)
+            integrity.check_part_etag(what, reply.get("ETag", ""), integrity.b64_to_hex(md5), reply)
+            return PartRecord(number, len(buffer), reply["ETag"], crc, integrity.b64_to_hex(md5), sent)
         return retry_call(lambda: _call(put, what), self.policy, what, gate=self.limiter)
 
     def throttle_stats(self) -> ThrottleStats:
@@ -289,7 +327,10 @@ class PartUploader:
             if reply.status >= 500 or code in _RETRYABLE_CODES:
                 raise RetryableError(message, kind=code)
             raise TransportError(message)
-        return PartRecord(number, len(buffer), reply.headers.get("ETag", ""), None)
+        etag = reply.headers.get("ETag", "")
+        integrity.check_part_etag(what, etag, integrity.b64_to_hex(md5),
+                                  {k.lower(): v for k, v in reply.headers.items()})
+        return PartRecord(number, len(buffer), etag, None, integrity.b64_to_hex(md5), "Content-MD5")
 
 
 def _url_pool(slots: int, options: dict):

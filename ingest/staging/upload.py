@@ -4,6 +4,12 @@ Why this exists: a client with a tiny default part size (MinIO's ~8.8 kB) splits
 cube into ~900,000 parts; the store refuses the manifest with "unexpected EOF" and purges
 the parts after an hour of uploading. Here the part size is chosen (or checked) against the
 limits before a single byte is sent.
+
+What is checked (ingest.staging.integrity; the result's `integrity` says which held): every part
+carries the checksum of the policy in ingest.transports.s3client (Content-MD5, which every store
+verifies, off AWS); each part's ETag is compared with the MD5 of the bytes sent, as the store
+answers it (a store that took a CRC32 it does not verify still cannot store a damaged part
+unnoticed); and the completed object's ETag (a HEAD) must be the one those MD5s make.
 """
 from __future__ import annotations
 
@@ -12,9 +18,11 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 
 from ingest.errors import ConfigError, IngestError, TransportError
+from ingest.staging import integrity
 from ingest.transports.presign import parse_s3_uri
 
 # S3's multipart limits and the part-size rule live in the pure core (ingest.core.parts), which
@@ -40,6 +48,7 @@ class UploadResult:
     elapsed_s: float
     etag: str
     checksum: str = ""  # what the store was given to verify: "Content-MD5" or "CRC32" (ingest.transports.s3client)
+    integrity: dict = field(default_factory=dict)  # parts, part_etags, object, guard: what was checked, by whom
 
 
 def _progress_bar(total_bytes: int, label: str, enabled: bool):
@@ -99,15 +108,107 @@ def upload_file(path: str, s3_uri: str, part_bytes: int | None = None,
     bar, callback = _progress_bar(object_bytes, key.rsplit("/", 1)[-1],
                                   enabled=progress and sys.stderr.isatty())
     started = time.perf_counter()
+    watch = _PartWatch(client, bucket, key)
     try:
-        with bar:
+        with bar, watch:
             client.upload_file(path, bucket, key, Config=config, Callback=callback)
-        head = client.head_object(Bucket=bucket, Key=key)
     except Exception as exc:  # S3UploadFailedError, ClientError, EndpointConnectionError, ...
-        raise TransportError(f"{s3_uri}: upload of {path} failed: {exc}") from exc
+        raise TransportError(f"{s3_uri}: upload of {path} failed{watch.refusals()}: {exc}") from exc
+    try:
+        head, checked = integrity.check_object(client, bucket, key, watch.part_md5s(n_parts), object_bytes,
+                                               single_put=0 in watch.md5s)
+    except TransportError:
+        raise
+    except Exception as exc:  # the HEAD's ClientError
+        raise TransportError(f"{s3_uri}: uploaded, but the HEAD that checks it failed: {exc}") from exc
     elapsed_s = time.perf_counter() - started
-    if head.get("ContentLength") != object_bytes:
-        raise TransportError(
-            f"{s3_uri}: stored object is {head.get('ContentLength')} B but {path} is {object_bytes} B"
-        )
-    return UploadResult(bucket, key, object_bytes, part, n_parts, elapsed_s, head.get("ETag", "").strip('"'), checksum)
+    md5s = [watch.md5s[n] for n in sorted(watch.md5s)]
+    record = {"parts": integrity.CONTENT_MD5 if checksum == "Content-MD5" else integrity.CRC32_ONLY,
+              "part_etags": integrity.part_etags_record([watch.etags[n] for n in sorted(watch.md5s)], md5s)
+              if md5s else "not checked: no part was seen", "object": checked, "guard": integrity.GUARD_NONE_UPLOAD}
+    return UploadResult(bucket, key, object_bytes, part, n_parts, elapsed_s, head.get("ETag", "").strip('"'), checksum,
+                        record)
+
+
+class _PartWatch:
+    """During one upload_file: through the client's events, each part's MD5 (the Content-MD5 the
+    policy put in, or computed from the body), the store's refusals by part, and each stored
+    part's ETag checked against its MD5 (integrity.check_part_etag; a mismatch fails the upload,
+    which s3transfer then aborts). Part 0 is a single PutObject."""
+
+    _OPERATIONS = ("UploadPart", "PutObject")
+
+    def __init__(self, client, bucket: str, key: str):
+        self.client, self.bucket, self.key = client, bucket, key
+        self.uri = f"s3://{bucket}/{key}"
+        self.md5s: dict[int, str] = {}  # part number -> hex MD5 of the bytes sent, once stored
+        self.etags: dict[int, str] = {}
+        self.refused: dict[int, str] = {}  # part number -> the store's error code
+        self._tag = f"ingest-part-watch-{uuid.uuid4().hex}"
+
+    def __enter__(self):
+        events = self.client.meta.events
+        for op in self._OPERATIONS:  # registered after the checksum policy's handler: it runs first
+            events.register(f"before-parameter-build.s3.{op}", self._before, unique_id=f"{self._tag}-b-{op}")
+            events.register(f"after-call.s3.{op}", self._after, unique_id=f"{self._tag}-a-{op}")
+        return self
+
+    def __exit__(self, *exc):
+        events = self.client.meta.events
+        for op in self._OPERATIONS:
+            events.unregister(f"before-parameter-build.s3.{op}", unique_id=f"{self._tag}-b-{op}")
+            events.unregister(f"after-call.s3.{op}", unique_id=f"{self._tag}-a-{op}")
+        return False
+
+    def _before(self, params, context=None, **_):
+        if context is None or params.get("Bucket") != self.bucket or params.get("Key") != self.key:
+            return
+        md5 = integrity.b64_to_hex(params["ContentMD5"]) if params.get("ContentMD5") else _body_md5(params.get("Body"))
+        if md5 is not None:
+            context[self._tag] = (int(params.get("PartNumber") or 0), md5)  # this watch's: a client may be shared
+
+    def _after(self, http_response, parsed, context=None, **_):
+        number, md5 = (context or {}).get(self._tag, (None, None))
+        if number is None:
+            return
+        if http_response.status_code >= 300:
+            self.refused[number] = (parsed.get("Error") or {}).get("Code") or str(http_response.status_code)
+            return
+        what = f"{self.uri}: part {number}" if number else self.uri
+        integrity.check_part_etag(what, parsed.get("ETag", ""), md5, parsed)
+        self.md5s[number], self.etags[number] = md5, parsed.get("ETag", "")
+
+    def part_md5s(self, n_parts: int) -> list[str] | None:
+        """The MD5s the object's ETag is made of, in order; None when some part was not seen."""
+        if 0 in self.md5s:
+            return [self.md5s[0]]
+        numbers = list(range(1, n_parts + 1))
+        return [self.md5s[n] for n in numbers] if sorted(self.md5s) == numbers else None
+
+    def refusals(self) -> str:
+        """The parts the store refused, for the error message ('' when none was)."""
+        shown = [f"part {n}: {code}" if n else code for n, code in sorted(self.refused.items())]
+        return f" (the store refused {', '.join(shown)})" if shown else ""
+
+
+def _body_md5(body) -> str | None:
+    """Hex MD5 of an upload body that can be read twice (bytes, or a seekable file read from where
+    it stands and put back: s3transfer's chunk, told not to count this pass as progress)."""
+    import hashlib
+
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return integrity.md5_hex(body)
+    if not all(callable(getattr(body, name, None)) for name in ("read", "seek", "tell")):
+        return None
+    digest, start = hashlib.md5(usedforsecurity=False), body.tell()
+    pause, resume = getattr(body, "signal_not_transferring", None), getattr(body, "signal_transferring", None)
+    if callable(pause):
+        pause()
+    try:
+        for piece in iter(lambda: body.read(8 << 20), b""):
+            digest.update(piece)
+    finally:
+        body.seek(start)
+        if callable(resume):
+            resume()
+    return digest.hexdigest()
