@@ -26,6 +26,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
+from ingest.testbed.ceph import CephRGW
 from ingest.testbed.localserver import LocalS3Server, find_tool
 from ingest.testbed.signals import unwind_on_signals
 from ingest.transports.presign import presign_url
@@ -43,6 +44,28 @@ _AWS_VARS_TO_CLEAR = (
     "AWS_ENDPOINT_URL_S3", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "AWS_PROFILE",
     "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_REGION",
 )
+
+
+# The stores a benchmark can run against (--store), each started on loopback by ingest.testbed:
+# versitygw (posix backend, the default) and a one-node Ceph RGW (memstore OSD: objects in RAM).
+STORES = ("versitygw", "ceph")
+# The RGW's OSD keeps objects in RAM up to this (memory is taken as objects are written): a full
+# run's cubes and the objects publish writes (~4 GiB) fit under it.
+CEPH_MEMSTORE_BYTES = 8 * GiB
+
+
+class BenchCeph(CephRGW):
+    """CephRGW as a benchmark sees a server: its HTTP `port` (bench.links proxies it) and the pids
+    whose CPU is the server's (radosgw, which speaks HTTP, and the OSD, which holds the bytes)."""
+
+    @property
+    def port(self) -> int:
+        return self.ports["http"]
+
+    @property
+    def pid(self) -> tuple[int, ...]:
+        pids = self.pids
+        return tuple(pids[name] for name in ("rgw", "osd") if name in pids)
 
 
 # -- the cube and the server --------------------------------------------------------------------
@@ -80,16 +103,20 @@ def cube_shape(size_bytes: int, bitpix: int = -32) -> tuple[int, int, int]:
 
 
 class BenchEnv:
-    """A running LocalS3Server with one bucket, a cube cache and the AWS_* variables that point
-    boto3 at it (set in this process while entered, and handed to subprocesses by `env()`).
+    """A running store (`store`: versitygw or ceph, STORES) with one bucket, a cube cache and the
+    AWS_* variables that point boto3 at it (set in this process while entered, and handed to
+    subprocesses by `env()`).
 
     cache_dir: where synthetic cubes are kept (default: a temp dir removed on exit; a given
     dir is kept, so a later run reuses its cubes). keep_alive: pass versitygw --keep-alive
-    (without it versitygw closes every connection after one request).
+    (without it versitygw closes every connection after one request; radosgw always keeps them).
     """
 
-    def __init__(self, cache_dir: str | None = None, keep_alive: bool = True):
-        self.keep_alive = keep_alive
+    def __init__(self, cache_dir: str | None = None, keep_alive: bool = True, store: str = "versitygw"):
+        if store not in STORES:
+            raise ValueError(f"store: {store!r} is not one of {', '.join(STORES)}")
+        self.store = store
+        self.keep_alive = keep_alive if store == "versitygw" else True
         self.links = None  # bench.links.Links: link profiles, Toxiproxy started on first use
         self._given_cache = cache_dir
         self.cache_dir: str | None = None
@@ -104,7 +131,8 @@ class BenchEnv:
         else:
             self.cache_dir = tempfile.mkdtemp(prefix="ingest-bench-")
         try:
-            self.server = LocalS3Server(keep_alive=self.keep_alive).start()
+            self.server = (LocalS3Server(keep_alive=self.keep_alive) if self.store == "versitygw"
+                           else BenchCeph(memstore_bytes=CEPH_MEMSTORE_BYTES)).start()
             self.server.make_bucket(BUCKET)
             self._set_environ()
             from bench.links import Links
@@ -162,8 +190,16 @@ class BenchEnv:
         return env
 
     @property
-    def server_pid(self) -> int:
+    def server_pid(self) -> int | tuple[int, ...]:
+        """The server's pid, or pids (Ceph: radosgw and the OSD): what cpu_pid_s sums."""
         return self.server.pid
+
+    def describe_store(self) -> dict:
+        """Which store served the run, for the record."""
+        if self.store == "ceph":
+            return {"store": "ceph", "server": "Ceph RGW (radosgw, beast) with one memstore OSD on 127.0.0.1",
+                    "server_cpu": "radosgw + OSD"}
+        return {"store": "versitygw", "server": "versitygw posix on 127.0.0.1", "server_cpu": "versitygw"}
 
     def cube(self, size_bytes: int, bitpix: int = -32, shape: tuple[int, ...] | None = None) -> Cube:
         """A cube of about size_bytes (or of exactly `shape`, numpy order) on the server: written
@@ -222,10 +258,13 @@ def cpu_children_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def cpu_pid_s(pid: int | None) -> float:
-    """User + system CPU seconds of another process so far (from /proc); nan if unreadable."""
+def cpu_pid_s(pid: int | tuple[int, ...] | None) -> float:
+    """User + system CPU seconds of another process so far (from /proc), or the sum over a tuple
+    of pids (a store of several daemons); nan if unreadable."""
     if pid is None:
         return float("nan")
+    if isinstance(pid, tuple):
+        return sum(cpu_pid_s(one) for one in pid) if pid else float("nan")
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
@@ -458,6 +497,20 @@ def add_common_arguments(parser: argparse.ArgumentParser, size_mib: int = FULL["
     parser.add_argument("--quiet", action="store_true", help="no per-repetition lines on stderr")
 
 
+def add_store_argument(parser: argparse.ArgumentParser) -> None:
+    """--store: the store the benchmark runs against; its results go to NAME-STORE.json (NAME.json
+    for versitygw, the default, as before)."""
+    parser.add_argument("--store", choices=STORES, default="versitygw",
+                        help="the store to start on loopback (ingest.testbed): versitygw (default) or ceph "
+                             "(a one-node Ceph RGW, objects in RAM; needs Debian's ceph packages)")
+
+
+def results_name(name: str, args) -> str:
+    """The results file's name: NAME, or NAME-STORE for a store other than versitygw."""
+    store = getattr(args, "store", "versitygw")
+    return name if store == "versitygw" else f"{name}-{store}"
+
+
 def settle(args, **full_quick) -> argparse.Namespace:
     """Fill options left at None: the common ones from FULL/QUICK, others from name=(full, quick)."""
     quick = getattr(args, "quick", False)
@@ -477,6 +530,13 @@ def logger(args):
     if getattr(args, "quiet", False):
         return None
     return lambda text: print(text, file=sys.stderr, flush=True)
+
+
+def store_line(results: dict) -> str:
+    """The store a run's results came from, as its tables' first line (results written before
+    --store existed came from versitygw)."""
+    store = results.get("store") or {"server": "versitygw posix on 127.0.0.1"}
+    return f"Store: {store['server']}.\n"
 
 
 def markdown_table(headers: list[str], rows: list[list]) -> str:
@@ -512,11 +572,12 @@ def bench_main(module, argv=None, server: bool = True, **settle_kw) -> int:
     unwind_on_signals()  # killed, it still stops its server and Toxiproxy (ingest.testbed.signals)
     args = settle(module.build_parser().parse_args(argv), **settle_kw)
     if server:
-        with BenchEnv(cache_dir=args.cache_dir) as env:
+        with BenchEnv(cache_dir=args.cache_dir, store=getattr(args, "store", "versitygw")) as env:
             results = module.run(env, args)
+            results["store"] = env.describe_store()
     else:
         results = module.run(None, args)
-    path = write_results(module.NAME, results, args.results_dir)
+    path = write_results(results_name(module.NAME, args), results, args.results_dir)
     print(module.to_markdown(results))
     print(f"\nwrote {path}")
     return 0

@@ -46,6 +46,7 @@ BASELINES = ("s5cmd", "boto3")
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.publish", description=__doc__.splitlines()[0])
     common.add_common_arguments(parser)
+    common.add_store_argument(parser)
     parser.add_argument("--profiles", default="loopback,acacia", help="link profiles (default loopback,acacia)")
     return parser
 
@@ -219,13 +220,15 @@ def run(env: common.BenchEnv, args) -> dict:
     from bench import publish_cluster  # it imports this module
 
     results["verified"] = True  # each candidate's first object was compared with the cube; a difference raises
+    if env.store != "versitygw":  # the cluster setting's numbers (publish.json) were measured on versitygw
+        return results
     # the cluster setting (bench/publish_cluster.py) is measured apart: keep its numbers
     return publish_cluster.merge(results, publish_cluster.stored(args.results_dir).get("cluster"))
 
 
 def to_markdown(results: dict) -> str:
     cfg = results["config"]
-    out = [f"### Publish ({N_RANKS} ranks, grid {'x'.join(map(str, cfg['grid_fits']))}) vs assemble + upload, "
+    out = [common.store_line(results), f"### Publish ({N_RANKS} ranks, grid {'x'.join(map(str, cfg['grid_fits']))}) vs assemble + upload, "
            f"{cfg['cube']['object_bytes'] / MiB:.0f} MiB object, {cfg['repeats']} round(s)"]
     for profile, res in results["profiles"].items():
         c = res["candidates"]

@@ -30,6 +30,7 @@ FSSPEC_DEFAULT_BLOCK = 5 * MiB  # fsspec.implementations.http.DEFAULT_BLOCK_SIZE
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.subcube", description=__doc__.splitlines()[0])
     common.add_common_arguments(parser)
+    common.add_store_argument(parser)
     parser.add_argument("--profiles", default="loopback,acacia", help="link profiles (default loopback,acacia)")
     parser.add_argument("--blocks-kib", default="64,256,1024",
                         help="astropy/fsspec block sizes to sweep, KiB (fsspec's 5 MiB default runs in every round)")
@@ -190,7 +191,7 @@ def _row(name: str, res: dict) -> list:
 
 
 def to_markdown(results: dict) -> str:
-    out = []
+    out = [common.store_line(results)]
     cfg = results["config"]
     for profile, pres in results["profiles"].items():
         out += [f"### Subcube on `{profile}`: box {pres['region']} ({pres['box_bytes'] / MiB:.1f} MiB) of a "

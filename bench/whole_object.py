@@ -41,6 +41,7 @@ SPOT_VOXELS = 4096  # values checked at each end of every ingest read (outside t
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.whole_object", description=__doc__.splitlines()[0])
     common.add_common_arguments(parser)
+    common.add_store_argument(parser)
     parser.add_argument("--threads", type=int, default=4, help="fixed-settings ingest: worker threads (default 4)")
     parser.add_argument("--chunk-mib", type=int, default=16, help="fixed-settings ingest: request size in MiB (default 16)")
     parser.add_argument("--profiles", default="loopback,acacia",
@@ -219,7 +220,7 @@ def run(env: common.BenchEnv, args) -> dict:
         "config": {"size_mib": args.size_mib, "acacia_size_mib": args.acacia_size_mib, "profiles": profiles,
                    "threads": args.threads, "chunk_bytes": args.chunk_mib * MiB,
                    "repeats": args.repeats, "warmup": args.warmup,
-                   "server": "versitygw posix on 127.0.0.1", "server_keep_alive": env.keep_alive},
+                   "server": env.describe_store()["server"], "server_keep_alive": env.keep_alive},
         "profiles": per_profile,
         **flat,
         "notes": [
@@ -227,9 +228,10 @@ def run(env: common.BenchEnv, args) -> dict:
             "4 threads x 16 MiB reads and the '(no probe)' ratios are for diagnosis.",
             "Toxiproxy's bandwidth cap applies per connection: on acacia N parallel ranges get N x "
             "~75 MB/s until the two cores (client, proxy and server share them) run out.",
-            "versitygw keeps connections alive only with --keep-alive; "
-            + ("it was passed (LocalS3Server default)." if env.keep_alive else "it was NOT passed: "
-               "every ingest range pays a new connection."),
+            ("radosgw keeps connections alive." if env.store == "ceph" else
+             "versitygw keeps connections alive only with --keep-alive; "
+             + ("it was passed (LocalS3Server default)." if env.keep_alive else "it was NOT passed: "
+                "every ingest range pays a new connection.")),
             "Client and server share the same cores; the object is served from the page cache.",
             "curl_range asks for the data bytes with one Range header: versitygw serves a GET without "
             "Range far more cheaply (see server_cpu_s_per_gib), so ingest/curl_range compares clients "
@@ -237,7 +239,7 @@ def run(env: common.BenchEnv, args) -> dict:
             "ratios are per round (interleaved A, B, C), throughput ingest / throughput curl; "
             "curl writes to /dev/null while ingest fills a fresh numpy array (page faults included).",
             "cpu_s_per_gib: ingest = RUSAGE_SELF of this process (all threads); curl = RUSAGE_CHILDREN; "
-            "server_cpu_s_per_gib = versitygw's /proc CPU during that read.",
+            f"server_cpu_s_per_gib = {env.describe_store()['server_cpu']}'s /proc CPU during that read.",
             "numpy_touch (loopback, diagnostic): allocating and filling a fresh array of the data's size, "
             "no I/O: the part of ingest's client CPU that any reader returning a new array pays.",
         ],
@@ -255,7 +257,7 @@ def _chosen(res: dict) -> str:
 def to_markdown(results: dict) -> str:
     """Tables of one run's JSON: per profile, per-reader throughput and CPU, then ratios against targets."""
     cfg = results["config"]
-    out = []
+    out = [common.store_line(results)]
     for profile, pres in results["profiles"].items():
         rows = []
         for name, res in pres["candidates"].items():

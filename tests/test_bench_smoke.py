@@ -381,3 +381,32 @@ def test_a_killed_benchmark_stops_its_server(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+# The store each bench reads from and writes to (--store): a Ceph RGW as well as versitygw. One
+# run per bench, loopback only; the results go to NAME-ceph.json and name the store.
+CEPH_RUNS = {
+    "subcube": ["-m", "bench.subcube", "--store", "ceph", "--profiles", "loopback", "--blocks-kib", "64"],
+    "whole_object": ["-m", "bench.whole_object", "--store", "ceph", "--profiles", "loopback"],
+    "publish": ["-m", "bench.publish", "--store", "ceph", "--profiles", "loopback"],
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("bench", list(CEPH_RUNS))
+def test_benches_run_on_ceph_rgw(tmp_path, bench):
+    out = _run(CEPH_RUNS[bench], tmp_path, timeout_s=110)
+    assert out.startswith("Store: Ceph RGW"), f"{bench}: the tables name the store first:\n{out[:300]}"
+    results = _load(tmp_path, f"{bench}-ceph")
+    assert results["store"]["store"] == "ceph", results["store"]
+    assert not (tmp_path / f"{bench}.json").exists(), f"{bench}: a ceph run must not overwrite versitygw's results"
+    assert results["ratios"] and all(_positive_finite(r["median"]) for r in results["ratios"].values()), \
+        f"{bench}: every ratio measured: {results['ratios']}"
+    if bench == "whole_object":
+        _check_whole_object(results, profiles=("loopback",))
+        # The server's CPU is read from /proc for radosgw and its OSD (a 4 MiB read may take less
+        # than a clock tick of it, so the readers' sum is what must show it).
+        server_cpu = [c["samples"][0]["server_cpu_s_per_gib"] for c in results["profiles"]["loopback"]["candidates"].values()]
+        assert all(math.isfinite(v) and v >= 0 for v in server_cpu) and sum(server_cpu) > 0, server_cpu
+    if bench == "publish":
+        assert results["verified"] is True and "cluster" not in results, "versitygw's cluster figures are not RGW's"

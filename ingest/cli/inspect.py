@@ -21,6 +21,7 @@ from ingest.errors import ConfigError
 from ingest.formats.hdf5 import list_datasets
 from ingest.formats.reader import read_any_layout, read_any_layout_timed
 from ingest.transports import describe_environment, open_transport
+from ingest.transports.storefacts import describe as describe_store, learn_store_facts
 from ingest.units import format_bytes
 
 
@@ -68,6 +69,8 @@ def _info(args) -> int:
         else:
             facts = _fits_facts(layout)
         facts["engine"] = transport.engine
+        if transport.name != "posix":  # what the store answers (docs/stores.md): 1-2 small requests
+            facts["store"] = learn_store_facts(transport, past_end=cfg.probe).as_dict()
     world = world_job_box(cfg, layout)  # `info --pos ...`: which box of this cube the region is
     if world is not None:
         facts["world_region"] = world.as_dict()
@@ -78,12 +81,15 @@ def _info(args) -> int:
         print(json.dumps({**facts, "environment": environment}, indent=2))
         return 0
     datasets = facts.pop("datasets", None)
+    store = facts.pop("store", None)
     width = max(map(len, facts))
     for key, value in facts.items():
         extra = f"  ({format_bytes(value)})" if key.endswith("_bytes") and value is not None else ""
         print(f"{key:<{width}}  {value}{extra}")
     if datasets is not None:
         _print_datasets(datasets)
+    if store is not None:
+        _print_store(store)
     if environment:
         _print_environment(environment)
     if args.header:
@@ -92,6 +98,14 @@ def _info(args) -> int:
             if card:
                 print(card)
     return 0
+
+
+def _print_store(store: dict) -> None:
+    print(f"store at {store['endpoint']} (what it answered; {store['requests']} request(s) made to ask):")
+    lines = describe_store(store)
+    width = max(len(label) for label, _ in lines)
+    for label, text in lines:
+        print(f"  {label:<{width}}  {text}")
 
 
 def _print_environment(rows: list[dict]) -> None:
@@ -304,6 +318,9 @@ def add_parser(sub) -> None:
     add_run_arguments(p, "info", positional_source=True)
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--header", action="store_true", help="also print the header cards")
+    p.add_argument("--no-probe", dest="probe", action="store_const", const=False, default=None,
+                   help="ask the store nothing beyond the header's reads: no ranged GET past the object's end "
+                        "(its answer is then 'not asked')")
     p.set_defaults(func=_info)
 
     p = sub.add_parser("plan", help="the requests a read would make, amplification and predicted time")

@@ -82,7 +82,7 @@ class ReportFacts:
         return reports.build_report(config=self.cfg.to_report_dict(), cube=reports.cube_from_layout(self.job.layout),
                                     grid=_grid_facts(self.cfg, self.job), ranks=records, mode=mode,
                                     baseline=baseline, settings=_settings_facts(self.job), regions=regions,
-                                    extra=extra)
+                                    extra=extra, store=self.job.store)
 
 
 def config_for(cfg: RunConfig | Mapping | None, options: dict, entry_point: str) -> RunConfig:

@@ -29,6 +29,7 @@ from ingest.formats.reader import read_any_layout_timed
 from ingest.transports import ObjectInfo, Transport, open_transport
 from ingest.transports.environment import Environment
 from ingest.transports.retry import RetryPolicy
+from ingest.transports.storefacts import learn_store_facts
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,9 @@ class Job:
     # How each request retries (ingest.config.settings.retry_policy), as rank 0 resolved it: the
     # default number of retries may come from AWS_MAX_ATTEMPTS or a profile, read by botocore.
     retry: RetryPolicy | None = None
+    # What the store answered (ingest.transports.storefacts: Server header, stored CRC32, a ranged
+    # GET past the end), asked once by rank 0 for the report; None for a local file.
+    store: dict | None = None
 
 
 def rank_transport_options(cfg: RunConfig, method: str, environment: Environment | None) -> dict:
@@ -250,6 +254,8 @@ def prepare_job(cfg: RunConfig, topology: Topology, staging: bool = False, rank_
         layout, header = read_any_layout_timed(transport, hdu=cfg.hdu, dataset=cfg.dataset, retry=retry_policy(cfg),
                                                tiles=True)
         info, endpoint, environment = transport.info, transport.endpoint, transport.environment
+        # 1-2 small read-only requests, here once rather than on every rank; --no-probe skips the GET.
+        store = learn_store_facts(transport, past_end=cfg.probe).as_dict() if transport.name != "posix" else None
         tiled = layout.kind == "tiles"
         if staging and not tiled:
             from ingest.staging.stage import check_space
@@ -266,7 +272,7 @@ def prepare_job(cfg: RunConfig, topology: Topology, staging: bool = False, rank_
                               f"`run` reads it, while staging and prestage copy one object: give them the cube "
                               f"it was tiled from ({layout.source})")
         return replace(_tiled_job(cfg, layout, transport.display_name, read_source, method, info, signer_args,
-                                  settings, n_ranks), environment=environment, retry=retry_policy(cfg))
+                                  settings, n_ranks), environment=environment, retry=retry_policy(cfg), store=store)
     grid_fits, reason, regions = decompose_job(cfg, settings, layout, n_ranks)
     assignment = assign(regions, layout.itemsize, n_ranks)
     prediction, shape = predict(cfg, settings, layout, regions, assignment, topology, endpoint, method)
@@ -282,7 +288,7 @@ def prepare_job(cfg: RunConfig, topology: Topology, staging: bool = False, rank_
     return Job(read_source, method, layout, info, grid_fits, reason, regions, assignment, settings, signer_args,
                estimate_s, prediction=prediction, shared_rounds=rounds, endpoint=endpoint, shape=shape,
                world_region=world.as_dict() if world is not None else None, environment=environment,
-               retry=retry_policy(cfg))
+               retry=retry_policy(cfg), store=store)
 
 
 def _tiled_job(cfg: RunConfig, index, index_name: str, read_source: str, method: str, info: ObjectInfo,

@@ -27,6 +27,7 @@ from ingest.errors import IngestError
 from ingest.version import __version__
 from ingest.redact import redact_urls
 from ingest.units import MiB, format_bytes
+from ingest.transports.storefacts import summary_line
 
 SCHEMA = "ingest.report/1"
 MODES = ("direct", "staging", "prestage")
@@ -149,12 +150,14 @@ def stage_tool_text(tool) -> str | None:
 
 def build_report(*, config, cube: dict, grid: dict, ranks: list, mode: str = "direct",
                  baseline: dict | None = None, settings: dict | None = None, extra: dict | None = None,
-                 regions: list | None = None) -> dict:
+                 regions: list | None = None, store: dict | None = None) -> dict:
     """The whole report (schema ingest.report/1). `config` is RunConfig.to_report_dict() (a
     RunConfig is accepted too); `settings` the values the reads used (threads, chunk_bytes,
     max_gap_bytes, the probe and the tuner's reasons, predicted_makespan_s), to which the
     measured makespan is added; `speedup` = baseline total_s / this run's makespan_s. `regions`:
-    one record per region (index, rank, box, bytes, time, status), beside the per-rank ones."""
+    one record per region (index, rank, box, bytes, time, status), beside the per-rank ones.
+    `store`: what the store answered (ingest.transports.storefacts.StoreFacts.as_dict), when read
+    from one."""
     if mode not in MODES:
         raise IngestError(f"report: mode {mode!r} is not one of {', '.join(MODES)}")
     if hasattr(config, "to_report_dict"):
@@ -187,6 +190,8 @@ def build_report(*, config, cube: dict, grid: dict, ranks: list, mode: str = "di
             report["speedup"] = total_s / agg["makespan_s"] if total_s and agg["makespan_s"] > 0 else None
     if settings is not None:
         report["settings"] = {**settings, "measured_makespan_s": agg["makespan_s"]}
+    if store is not None:
+        report["store"] = dict(store)
     if extra:
         report["extra"] = dict(extra)
     return _clean(report)
@@ -359,6 +364,8 @@ def render_summary(report: dict) -> str:
     settings = report.get("settings")
     if settings:
         lines.append(_settings_line(settings))
+    if report.get("store"):
+        lines.append(summary_line(report["store"]))
     base = report.get("baseline")
     if base:
         lines += ["", *_baseline_block(base, agg, mode, report.get("speedup"))]

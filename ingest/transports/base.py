@@ -24,6 +24,10 @@ class ObjectInfo:
     object_bytes: int
     etag: str | None = None
     last_modified: str | None = None
+    # The Server header of the reply that gave size and identity (what the store calls itself,
+    # for info and the report: ingest.transports.storefacts); "" when the store sent none, None
+    # when no reply was seen here (a local file, or size and identity adopted from rank 0).
+    server: str | None = None
 
 
 class Transport(abc.ABC):

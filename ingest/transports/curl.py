@@ -123,6 +123,18 @@ class _Transfer:
         self.headers = headers
 
 
+def _final_header(lines: list[bytes], name: bytes) -> str:
+    """The final reply's header `name` (lower case) from a transfer's raw header lines, "" when
+    it has none. Only where a reply is looked at once (_stat): reads keep _KEPT_HEADERS alone."""
+    for line in reversed(lines):
+        if line.startswith(b"HTTP/"):
+            break
+        key, _colon, value = line.partition(b":")
+        if key.strip().lower() == name:
+            return value.strip().decode("latin-1")
+    return ""
+
+
 class CurlTransport(HttpTransport):
     """Range GETs of a presigned URL by libcurl; `concurrent`: many in flight from one thread."""
 
@@ -244,7 +256,8 @@ class CurlTransport(HttpTransport):
         total = check_content_range(headers.get(b"content-range"), 0, 1, self.display_name)
         if total is None:
             raise TransportError(f"{self.display_name}: server did not report the object size")
-        return ObjectInfo(total, headers.get(b"etag"), headers.get(b"last-modified"))
+        return ObjectInfo(total, headers.get(b"etag"), headers.get(b"last-modified"),
+                          server=_final_header(transfer.lines, b"server"))
 
     def read_into(self, buffer: memoryview, offset: int) -> float:
         """One read on this thread. A bulk read goes through the parent's urllib3 pool, which

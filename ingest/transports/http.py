@@ -157,7 +157,8 @@ class HttpTransport(Transport):
         resp.release_conn()
         if total is None:
             raise TransportError(f"{self.display_name}: server did not report the object size")
-        return ObjectInfo(total, resp.headers.get("ETag"), resp.headers.get("Last-Modified"))
+        return ObjectInfo(total, resp.headers.get("ETag"), resp.headers.get("Last-Modified"),
+                          server=resp.headers.get("Server", ""))
 
     def read_into(self, buffer: memoryview, offset: int) -> float:
         n = len(buffer)

@@ -84,7 +84,9 @@ class S3Transport(Transport):
 
     def _stat(self) -> ObjectInfo:
         head = self._call("head_object")
-        return ObjectInfo(head["ContentLength"], head.get("ETag"), str(head.get("LastModified")))
+        headers = head.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+        return ObjectInfo(head["ContentLength"], head.get("ETag"), str(head.get("LastModified")),
+                          server=headers.get("server", ""))
 
     def read_into(self, buffer: memoryview, offset: int) -> float:
         n = len(buffer)
