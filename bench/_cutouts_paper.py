@@ -2,18 +2,17 @@
 
     python -m bench._cutouts_paper [--sources 30000] [--ranks 25,100] [--seed 1]
 
-`python -m ingest plan` cannot plan a catalogue yet, so this does what it would, with the
-project's pure pieces: boxes of WALLABY's size (31 x 31 pixels of 6 arcsec, 77 channels of
+This does what `python -m ingest plan --catalogue` does, with the project's pure pieces and no
+header file: boxes of WALLABY's size (31 x 31 pixels of 6 arcsec, 77 channels of
 18.5 kHz: 3 arcmin and 300 km/s, worst case of the pixel-centre rule) at uniform random places in
 a 5851 x 5851 x 6668 float32 cube (`FitsLayout`, a 5-block header); the requests and wire bytes
 of reading them all (`core.cutplan.plan_spans`, the gap and chunk of the cost model: seed 001's
 Acacia, 2 ms and 75 MB/s per rank); and the predicted makespan per rank count
 (`CostModel.predict_s` on each rank's share, ranks balanced by bytes).
 
-Twice: once as ONE plan over all the boxes (what the report's `plan.choice` describes), each rank
-an equal share; and once with the sources split over ranks as `ingest cutouts` splits them, each
-rank's boxes one plan (bytes two ranks share are read twice; the batches a rank reads its share
-in are not modelled). Prints one JSON line (the seconds it took, and this process's peak RSS:
+Twice: once as ONE plan over all the boxes, each rank an equal share (a lower bound: no rank
+reads a byte another reads); and as `ingest cutouts` reads them, each rank streaming its stripe
+band by band (bytes two ranks' stripes share are read twice). Prints one JSON line (the seconds it took, and this process's peak RSS:
 the one-plan pass holds every box's runs at once).
 """
 from __future__ import annotations
@@ -34,6 +33,7 @@ HEADER_BLOCKS = 5
 BOX_EXTENTS = (77, 31, 31)  # channels, y, x: 300 km/s of 18.5 kHz channels, 3 arcmin of 6 arcsec pixels
 THREADS = 4  # per rank: configured_settings' default without a probe
 CHUNK_BYTES = 16 << 20
+BAND_BUDGET_BYTES = 256 << 20  # `--cutout-batch-bytes`' default
 
 
 def askap_layout():
@@ -74,25 +74,31 @@ def one_plan(layout, boxes, cost, ranks_list) -> dict:
 
 
 def per_rank(layout, boxes, cost, ranks_list) -> dict:
-    """Ranks as `ingest cutouts` splits the sources (core.cutplan: the split axis, the order along
-    it, contiguous stretches balanced by each source's own wire bytes), each rank's boxes as one
-    span plan: its requests and wire bytes, and the slowest rank's predicted read. Bytes that two
-    ranks' boxes share are read by both; batches inside a rank are not modelled."""
-    from ingest.core.cutplan import plan_spans, source_order, split_axis, split_by_bytes
+    """Ranks as `ingest cutouts` splits the sources and reads them (core.cutstripes: `choose_split`,
+    then each rank's stripe streamed band by band by `plan_stripe`, 256 MiB a band as the default
+    `--cutout-batch-bytes`): requests, wire bytes, the slowest rank's predicted read, the largest
+    rank's stated memory. Bytes that two ranks' stripes share are read by both."""
+    from ingest.core.cutstripes import choose_split, plan_stripe
 
     t0 = time.perf_counter()
-    order = source_order(layout, boxes, split_axis(boxes, layout.shape))
-    alone = [plan_spans(layout, [boxes[i]], max_gap_bytes=cost.gap_bytes, chunk_bytes=CHUNK_BYTES).wire_bytes
-             for i in order]
-    out = {"alone_wire_bytes_per_source": float(np.mean(alone)), "by_ranks": {}}
+    out = {"by_ranks": {}, "band_budget_bytes": BAND_BUDGET_BYTES}
     for n_ranks in ranks_list:
-        shares = []
-        for lo, hi in split_by_bytes(alone, n_ranks):
-            plan = plan_spans(layout, [boxes[i] for i in order[lo:hi]], max_gap_bytes=cost.gap_bytes,
-                              chunk_bytes=CHUNK_BYTES) if hi > lo else None
-            shares.append((plan.n_requests, plan.wire_bytes) if plan else (0, 0))
+        axis, order, parts, why = choose_split(layout, boxes, n_ranks, max_gap_bytes=cost.gap_bytes,
+                                               chunk_bytes=CHUNK_BYTES, cost=cost, threads=THREADS)
+        shares, memory, modes = [], 0, {"stream": 0, "spans": 0}
+        for lo, hi in parts:
+            if hi == lo:
+                shares.append((0, 0))
+                continue
+            plan = plan_stripe(layout, [boxes[i] for i in order[lo:hi]], split=axis, budget_bytes=BAND_BUDGET_BYTES,
+                               max_gap_bytes=cost.gap_bytes, chunk_bytes=CHUNK_BYTES, cost=cost, threads=THREADS)
+            shares.append((plan.n_requests, plan.wire_bytes))
+            memory = max(memory, plan.memory_bytes)
+            for band in plan.bands:
+                modes[band.mode] += 1
         out["by_ranks"][str(n_ranks)] = {"requests": sum(r for r, _ in shares), "bytes_wire": sum(w for _, w in shares),
-                                         **_prediction(cost, shares)}
+                                         "split_axis": axis, "split_choice": why, "memory_bytes_max": memory,
+                                         "band_modes": modes, **_prediction(cost, shares)}
     out["plan_s"] = time.perf_counter() - t0
     return out
 

@@ -19,27 +19,34 @@ def _fmt(value, fmt: str = "{:.2f}", scale: float = 1.0) -> str:
 def _cells_table(results: dict) -> str:
     rows = []
     for cell in results["cells"].values():
-        ing, stg, loop = ({m: _med(cell, name, m) for m in cell[name]["summary"]}
-                          for name in ("ingest", "staging", "astropy_loop"))
-        failed = [s["status"] for s in cell["ingest"]["samples"] if s.get("status") != "ok"]
-        wall = f"{failed[0]} ({_fmt(ing.get('wall_s'), '{:.0f}')} s)" if failed else _fmt(ing.get("wall_s"), "{:.1f}")
-        verified = all(s.get("verified", True) for c in ("ingest", "staging", "astropy_loop")
-                       for s in cell[c]["samples"] if s.get("status") == "ok")
-        mib = lambda v: _fmt(v, "{:.0f}", 2**20)  # noqa: E731
-        rows.append([cell["profile"], f"{cell['sources']} ({cell['with_box']})", mib(cell["needed_bytes"]), wall,
-                     f"{_fmt(ing.get('rank0_prepare_s'), '{:.1f}')} + {_fmt(ing.get('makespan_s'), '{:.1f}')}",
-                     _fmt(ing.get("requests_per_source")), _fmt(ing.get("bytes_wire_per_source"), "{:.2f}", MB),
-                     mib(ing.get("bytes_wire")),
-                     f"{_fmt(stg.get('wall_s'), '{:.1f}')} ({_fmt(stg.get('stage_s'), '{:.1f}')} + "
-                     f"{_fmt(stg.get('cut_s'), '{:.1f}')})",
-                     f"{_fmt(loop.get('per_source_s'), '{:.3f}')} (n={_fmt(loop.get('sampled'), '{:.0f}')})",
-                     _fmt(loop.get("bytes_wire_per_source"), "{:.1f}", MB),
-                     f"{mib(ing.get('peak_rss_max_bytes'))} / {mib(ing.get('memory_bound_bytes'))}",
-                     "yes" if verified else "NO"])
+        for which in ("ingest_before", "ingest") if "ingest_before" in cell else ("ingest",):
+            rows.append(_cell_row(cell, which))
     return common.markdown_table(
         ["link", "sources (with a box)", "cut-out MiB (sum)", "ingest wall s", "prepare + makespan s",
          "requests / source", "wire MB / source", "wire MiB total", "staging wall s (stage + cut)",
          "astropy loop s / source", "astropy wire MB / source", "peak RSS / bound MiB", "bit-equal"], rows)
+
+
+def _cell_row(cell: dict, which: str) -> list:
+    """One cell's row for `which` ingest candidate (ingest, or ingest_before: another tree's code)."""
+    ing, stg, loop = ({m: _med(cell, name, m) for m in cell[name]["summary"]}
+                      for name in (which, "staging", "astropy_loop"))
+    failed = [s["status"] for s in cell[which]["samples"] if s.get("status") != "ok"]
+    wall = f"{failed[0]} ({_fmt(ing.get('wall_s'), '{:.0f}')} s)" if failed else _fmt(ing.get("wall_s"), "{:.1f}")
+    verified = all(s.get("verified", True) for c in (which, "staging", "astropy_loop")
+                   for s in cell[c]["samples"] if s.get("status") == "ok")
+    mib = lambda v: _fmt(v, "{:.0f}", 2**20)  # noqa: E731
+    link = cell["profile"] + (" (before)" if which == "ingest_before" else "")
+    return [link, f"{cell['sources']} ({cell['with_box']})", mib(cell["needed_bytes"]), wall,
+            f"{_fmt(ing.get('rank0_prepare_s'), '{:.1f}')} + {_fmt(ing.get('makespan_s'), '{:.1f}')}",
+            _fmt(ing.get("requests_per_source")), _fmt(ing.get("bytes_wire_per_source"), "{:.2f}", MB),
+            mib(ing.get("bytes_wire")),
+            f"{_fmt(stg.get('wall_s'), '{:.1f}')} ({_fmt(stg.get('stage_s'), '{:.1f}')} + "
+            f"{_fmt(stg.get('cut_s'), '{:.1f}')})",
+            f"{_fmt(loop.get('per_source_s'), '{:.3f}')} (n={_fmt(loop.get('sampled'), '{:.0f}')})",
+            _fmt(loop.get("bytes_wire_per_source"), "{:.1f}", MB),
+            f"{mib(ing.get('peak_rss_max_bytes'))} / {mib(ing.get('memory_bound_bytes'))}",
+            "yes" if verified else "NO"]
 
 
 def _paper(results: dict) -> list[str]:
@@ -56,7 +63,8 @@ def _paper(results: dict) -> list[str]:
                      f"{one['requests_per_source']:.1f}", f"{one['bytes_wire_per_source'] / MB:.1f}",
                      f"{pred['makespan_s']:,.0f}"])
     for n, share in split["by_ranks"].items():
-        rows.append([f"split as `cutouts` splits, {n} ranks", f"{share['requests']:,}",
+        rows.append([f"as `cutouts` reads: stripes along axis {share.get('split_axis', '?')}, {n} ranks",
+                     f"{share['requests']:,}",
                      f"{share['bytes_wire'] / 1e9:,.0f}", f"{share['requests_per_source']:.1f}",
                      f"{share['bytes_wire_per_source'] / MB:.1f}", f"{share['makespan_s']:,.0f}"])
     box = " x ".join(map(str, reversed(p["box_extents_numpy"])))
@@ -93,9 +101,10 @@ def markdown(results: dict) -> str:
            _ratios_table(results), ""]
     choices = []
     for key, cell in results["cells"].items():
-        choice = cell["ingest"]["info"].get("plan_choice")
-        if choice:
-            choices.append(f"- `{key}`: {choice}")
+        for which in ("ingest_before", "ingest"):
+            choice = cell.get(which, {}).get("info", {}).get("plan_choice")
+            if choice:
+                choices.append(f"- `{key}`{' (before)' if which == 'ingest_before' else ''}: {choice}")
     if choices:
         out += ["What the plan read, in the report's words:", "", *choices, ""]
     out += _paper(results)

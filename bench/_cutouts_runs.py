@@ -59,10 +59,13 @@ def ingest_args(cube: common.Cube, catalogue: str, size: str, out_dir: str, repo
 
 
 def ingest_cutouts(env: common.BenchEnv, cube: common.Cube, profile: str, catalogue: str, size: str, ranks: int,
-                   work_dir: str, timeout_s: float, extra: list[str], info: dict, n_boxes: int) -> dict:
+                   work_dir: str, timeout_s: float, extra: list[str], info: dict, n_boxes: int,
+                   tree: str | None = None) -> dict:
     """One `ingest cutouts` job under mpiexec: the report's figures, wall time, per-rank peak RSS.
     A job stopped at its time limit keeps wall_s (the limit) and wall_per_source_s over its
-    n_boxes sources: lower bounds on what it would have taken."""
+    n_boxes sources: lower bounds on what it would have taken. `tree`: another copy of the
+    repository whose `ingest` to run (its bench/_rank_peak.py puts it first on the path), e.g. the
+    code before a change, run interleaved with this one on the same loaded machine."""
     out_dir, peak_dir = os.path.join(work_dir, "ingest_out"), os.path.join(work_dir, "peaks")
     report_path = os.path.join(work_dir, "ingest_report.json")
     for path in (out_dir, peak_dir):
@@ -71,8 +74,9 @@ def ingest_cutouts(env: common.BenchEnv, cube: common.Cube, profile: str, catalo
     if os.path.exists(report_path):
         os.unlink(report_path)
     endpoint = None if profile == "loopback" else env.link(profile).endpoint_url
-    cmd = mpirun.python_command(ranks, [mpirun.RANK_PEAK, *ingest_args(cube, catalogue, size, out_dir, report_path,
-                                                                        endpoint, extra)])
+    rank_peak = os.path.join(tree, "bench", "_rank_peak.py") if tree else mpirun.RANK_PEAK
+    cmd = mpirun.python_command(ranks, [rank_peak, *ingest_args(cube, catalogue, size, out_dir, report_path,
+                                                                endpoint, extra)])
     info["command"] = mpirun.shown(cmd)
     status, done, wall_s = _run_child(cmd, {**env.env(), **mpirun.MPI_ENV, "INGEST_BENCH_PEAK_DIR": peak_dir},
                                       timeout_s)
@@ -90,7 +94,8 @@ def ingest_cutouts(env: common.BenchEnv, cube: common.Cube, profile: str, catalo
     totals, settings = report["totals"], report["settings"]
     bound = settings["memory_bound_bytes"]
     info.update(plan_choice=report["plan"]["choice"], settings=settings, clipped=report.get("clipped"),
-                per_rank=[{k: r.get(k) for k in ("rank", "elapsed_s", "sources", "requests", "bytes_wire", "batches")}
+                per_rank=[{k: r.get(k) for k in ("rank", "elapsed_s", "sources", "requests", "bytes_wire", "read_s", "cut_s",
+                                          "memory_bound_bytes", "plan_choice", "bands")}
                        for r in report["ranks"]])
     done_n = max(1, totals["done"])
     return {"status": "ok", "wall_s": wall_s, "makespan_s": report["makespan_s"],
@@ -101,7 +106,7 @@ def ingest_cutouts(env: common.BenchEnv, cube: common.Cube, profile: str, catalo
             "bytes_wire_per_source": totals["bytes_wire_per_source"],
             "work_s": report["rank0_prepare_s"] + report["makespan_s"] + (report.get("rank0_gather_s") or 0.0),
             "wall_per_source_s": wall_s / done_n, "makespan_per_source_s": report["makespan_s"] / done_n,
-            "batches": sum(r.get("batches", 0) for r in report["ranks"]),
+            "bands": sum(len(r.get("bands", ())) for r in report["ranks"]), "plan_modes": report["plan"].get("modes"),
             "memory_bound_bytes": bound, "peak_rss_max_bytes": max(peaks),
             "peak_over_bound": max(peaks) / (bound + SLACK_BYTES), "out_dir": out_dir}
 

@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="longest one command may run before it is stopped and recorded as timed out (default 900)")
     parser.add_argument("--ingest-args", default="", help="more `ingest cutouts` options, e.g. '--no-probe'")
     parser.add_argument("--seed", type=int, default=44, help="where the sources fall (default 44)")
+    parser.add_argument("--reference-tree", default=None,
+                        help="another copy of the repository (e.g. the code before a change): its `ingest cutouts` "
+                             "runs too, interleaved, as candidate ingest_before")
     return parser
 
 
@@ -91,10 +94,33 @@ def _candidates(env, cube, profile: str, catalogue: str, boxes: list, sample: li
             shutil.rmtree(os.path.join(work_dir, "staging_out"), ignore_errors=True)
         return got
 
-    return [common.Candidate("ingest", ingest, info["ingest"]),
+    cands = []
+    if args.reference_tree:  # the same job by another tree's code, interleaved with this one's
+        info["ingest_before"] = {"ranks": args.ranks, "tree": args.reference_tree}
+
+        def before() -> dict:
+            got = runs.ingest_cutouts(env, cube, profile, catalogue, args.size, args.ranks, work_dir, args.timeout_s,
+                                      shlex.split(args.ingest_args), info["ingest_before"], len(boxes),
+                                      tree=args.reference_tree)
+            if got["status"] == "ok":
+                got["verified"] = runs.verify_outputs(got.pop("out_dir"), sample, cube.path)
+                shutil.rmtree(os.path.join(work_dir, "ingest_out"), ignore_errors=True)
+            return got
+
+        cands.append(common.Candidate("ingest_before", before, info["ingest_before"]))
+    return cands + [common.Candidate("ingest", ingest, info["ingest"]),
             common.Candidate("staging", staging, info["staging"]),
-            common.Candidate("astropy_loop", lambda: runs.astropy_loop(url, sample, work_dir, cube.path,
-                                                                       info["astropy_loop"]), info["astropy_loop"])]
+            common.Candidate("astropy_loop", lambda: _not_raising(runs.astropy_loop, url, sample, work_dir, cube.path,
+                                                                  info["astropy_loop"]), info["astropy_loop"])]
+
+
+def _not_raising(fn, *args) -> dict:
+    """A candidate's sample, or its failure recorded (fsspec gives up on a loaded machine's server
+    with a timeout): one candidate's failure is a row of the results, not the end of the run."""
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - recorded in the sample
+        return {"status": "failed", "error": f"{type(exc).__name__}: {exc}"[-1500:]}
 
 
 def _pairs(cell: dict, a: str, b: str, metric_a: str, metric_b: str) -> tuple[list, list, bool]:
@@ -118,8 +144,11 @@ def cell_ratios(key: str, cell: dict) -> tuple[dict, dict]:
              ("staging/ingest", "staging", "wall_s", "wall_s", common.target(">=", TARGET_STAGING)),
              # Both without process launch and imports: the child's stage + cut, ingest's prepare + makespan.
              ("staging/ingest (no launch)", "staging", "work_s", "work_s", None)]
-    for name, other, metric_other, metric_ingest, tgt in specs:
-        xs, ys, bounded = _pairs(cell, other, "ingest", metric_other, metric_ingest)
+    if "ingest_before" in cell:
+        specs += [("staging/ingest_before", "staging", "wall_s", "wall_s", None, "ingest_before"),
+                  ("ingest_before/ingest", "ingest_before", "wall_s", "wall_s", None)]
+    for name, other, metric_other, metric_ingest, tgt, *denominator in specs:
+        xs, ys, bounded = _pairs(cell, other, (denominator or ["ingest"])[0], metric_other, metric_ingest)
         if not xs:
             continue
         bound = {"upper_bound": "ingest stopped at --timeout-s"} if bounded else {}
@@ -137,6 +166,11 @@ def cell_ratios(key: str, cell: dict) -> tuple[dict, dict]:
                                                          numerator="largest rank peak RSS",
                                                          denominator="report's memory_bound_bytes + 150 MB")
         targets[f"{key}:peak_rss/bound"] = common.target("<=", TARGET_MEMORY)
+    before = [s for s in cell.get("ingest_before", {}).get("samples", []) if s.get("status") == "ok"]
+    if before:
+        ratios[f"{key}:peak_rss/bound (before)"] = common.ratio_of(
+            [s["peak_rss_max_bytes"] for s in before], [s["memory_bound_bytes"] + runs.SLACK_BYTES for s in before],
+            numerator="largest rank peak RSS", denominator="report's memory_bound_bytes + 150 MB")
     return ratios, targets
 
 
@@ -186,10 +220,12 @@ def run(env: common.BenchEnv, args) -> dict:
         ratios.update(r)
         targets.update(t)
     failures = [f"{key} {name}: {s['status']}: {s.get('error', '')[-300:]}" for key, cell in cells.items()
-                for name in ("ingest", "staging") for s in cell[name]["samples"] if s.get("status") != "ok"]
+                for name in ("ingest", "staging", "ingest_before") if name in cell
+                for s in cell[name]["samples"] if s.get("status") != "ok"]
     return {"config": {"shape_fits": args.shape, "counts": counts, "profiles": profiles, "ranks": args.ranks,
                        "sample": args.sample, "size": args.size, "repeats": args.repeats, "seed": args.seed,
-                       "ingest_args": args.ingest_args, "timeout_s": args.timeout_s},
+                       "ingest_args": args.ingest_args, "timeout_s": args.timeout_s,
+                       "reference_tree": args.reference_tree},
             "cube": cube.describe(), "links": {p: env.link(p).describe() for p in profiles}, "cells": cells,
             "paper": paper(args, log), "ratios": ratios, "targets": targets, "failures": failures}
 

@@ -91,7 +91,17 @@ def test_bbox_cubelets_under_mpi_exact_manifest_and_resume(s3_server, cube, tmp_
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["totals"]["done"] == 5 and report["totals"]["skipped"] == 1
     assert report["totals"]["requests"] > 0 and len(report["ranks"]) == 3
-    assert "merged" in report["plan"]["choice"]
+    # The report says how the ranks split the cube and how each read its stripe, and why.
+    choice = report["plan"]["choice"]
+    assert "ranks split along numpy axis" in choice and "rank 0: planes" in choice and "predicted" in choice
+    assert sum(report["plan"]["modes"].values()) == report["plan"]["bands"] >= 1
+    for record in report["ranks"]:
+        if record["sources"]:
+            assert record["bands"] and all(b["mode"] in ("stream", "spans") for b in record["bands"])
+            assert 0 < record["memory_bound_bytes"] <= report["settings"]["memory_bound_bytes"]
+    per_source = [e for e in manifest["sources"] if e["status"] == "done"]
+    assert sum(e["wire_bytes"] for e in per_source) == pytest.approx(report["totals"]["bytes_wire"], abs=len(per_source))
+    assert sum(e["requests"] for e in per_source) == pytest.approx(report["totals"]["requests"], abs=0.01 * len(per_source))
     assert "5 cut" in proc.stdout and "skipped 1" in proc.stdout
 
     # A re-run keeps every whole file; a damaged one is cut again.
@@ -116,6 +126,22 @@ def test_python_api_alone_and_pixel_offset_of_a_region(s3_server, s3_env, cube, 
     edge = next(e for e in manifest["sources"] if e["name"] == "edge source")
     # x 30..40 + 2, y 35..45 + 3, z 20..30 + 4, each grown by SoFiA-2's margin of 10 and clipped.
     assert edge["box"] == [[14, 24], [28, 40], [22, 36]]
+
+
+def test_a_small_budget_streams_the_stripe_in_many_bands_and_every_cutout_stays_exact(s3_server, s3_env, cube,
+                                                                                      tmp_path):
+    # Planes of 40 x 36 float32 are 5,760 bytes: a 20,000-byte budget reads three at a time, so the
+    # cut-outs (up to 25 planes deep) reach over many bands, carried as planes or as partial arrays.
+    catalogue = _bbox_catalogue(tmp_path / "cat.csv", ROWS)
+    report = ingest.cutouts(cube["s3"], str(catalogue), str(tmp_path / "bands"), probe=False,
+                            cutout_batch_bytes=20_000)
+    assert report["totals"]["done"] == 5
+    (record,) = report["ranks"]
+    assert len(record["bands"]) > 5 and all(b["bytes_wire"] <= 20_000 for b in record["bands"])
+    assert record["buffer_bytes_max"] < record["memory_bound_bytes"] == report["settings"]["memory_bound_bytes"]
+    planes = [b["planes"] for b in record["bands"]]
+    assert all(a[1] == b[0] for a, b in zip(planes, planes[1:]))  # each plane read once, in order
+    _check(tmp_path / "bands", cube["path"])
 
 
 def test_a_catalogue_without_usable_columns_is_an_error_before_any_data_moves(s3_server, cube, tmp_path):

@@ -156,8 +156,8 @@ class RunConfig:
                                      help="cutouts: add this to the catalogue's pixel columns (a region's origin)",
                                      shown_default="0,0,0")
     cutout_batch_bytes: int = _opt(256 << 20, unit="bytes", kind="bytes", low=1, commands=CUTOUTS + ("plan",),
-                                   help="cutouts: bytes one batch of cut-outs may read at once (its buffer); the "
-                                        "rank's memory is about this plus threads x chunk_bytes")
+                                   help="cutouts: a rank's memory budget for the band of planes it reads at once, the "
+                                        "planes carried into the next band and the cut-outs filled across bands")
     report: str | None = _opt(None, unit="path", kind="path", commands=JOBS + CUTOUTS + ("publish",), help="write the JSON report here")
     output_dir: str | None = _opt(None, unit="path", kind="path", commands=JOBS + CUTOUTS,
                                   help="run: write each rank's subcube here; prestage: the staging directory "

@@ -1,4 +1,4 @@
-"""Many boxes of one contiguous cube (pure): shared requests, bytes read once, ranks by bytes.
+"""Many boxes of one contiguous cube (pure): their runs, merged spans, requests, gathering.
 
 A catalogue's cut-outs are thousands of small boxes. Read one by one, each box is its own set of
 requests and the bytes that neighbouring or overlapping boxes have in common are fetched again
@@ -10,9 +10,8 @@ for every box. Here the boxes of one batch become ONE set of requests:
 4. each box is gathered from the buffer by one vectorised index.
 So where the boxes cover most of the cube, the gaps close and the plan reads the object in long
 spans; where they are sparse, it reads only their runs. Byte ranges are half-open everywhere.
-
-Sources are split over ranks in object order (the byte offset of each box's first voxel) in
-contiguous stretches balanced by bytes, so neighbours, which share spans, stay on one rank.
+`core.cutstripes` builds on these: how `ingest cutouts` splits a catalogue over ranks and how
+each rank streams its stripe of the cube band by band.
 """
 from __future__ import annotations
 
@@ -122,7 +121,7 @@ def merge_runs(starts: np.ndarray, stops: np.ndarray, max_gap_bytes: int) -> tup
     return span_starts, span_stops, union_bytes
 
 
-def _cut(span_starts: np.ndarray, span_stops: np.ndarray, chunk_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+def cut_requests(span_starts: np.ndarray, span_stops: np.ndarray, chunk_bytes: int) -> tuple[np.ndarray, np.ndarray]:
     """Each span cut into requests of at most chunk_bytes (equal pieces but the last)."""
     sizes = span_stops - span_starts
     pieces = -(-sizes // chunk_bytes)
@@ -147,7 +146,7 @@ def plan_spans(layout: Layout, boxes, *, max_gap_bytes: int, chunk_bytes: int) -
         starts.append(offsets)
         stops.append(offsets + lat.run_bytes)
     span_starts, span_stops, union_bytes = merge_runs(np.concatenate(starts), np.concatenate(stops), max_gap_bytes)
-    req_starts, req_stops = _cut(span_starts, span_stops, chunk_bytes)
+    req_starts, req_stops = cut_requests(span_starts, span_stops, chunk_bytes)
     return SpanPlan(span_starts, span_stops, req_starts, req_stops, union_bytes, max_gap_bytes, chunk_bytes)
 
 
@@ -162,28 +161,18 @@ def gather_box(plan: SpanPlan, buffer: np.ndarray, layout: Layout, box: Box) -> 
     shape = tuple(b - a for a, b in box)
     if len(at) == 1 or np.all(np.diff(at) == lat.run_bytes):  # one stretch of the buffer
         return buffer[at[0]: at[0] + len(at) * lat.run_bytes].view(layout.raw_dtype).reshape(shape)
+    if span_of[0] == span_of[-1]:
+        # Every run in one span: the runs keep the object's strides in the buffer, so the box is a
+        # strided view of it, copied in one pass (no index array of every voxel).
+        view = np.lib.stride_tricks.as_strided(buffer[at[0]:], shape=lat.counts + (lat.run_bytes,),
+                                               strides=lat.strides + (1,), writeable=False)
+        return np.ascontiguousarray(view).view(layout.raw_dtype).reshape(shape)
     item = layout.itemsize
     if np.all(at % item == 0):  # runs start on whole voxels of the buffer: index voxels, not bytes
         voxels = buffer[: len(buffer) - len(buffer) % item].view(layout.raw_dtype)
         return voxels[(at[:, None] // item + np.arange(lat.run_bytes // item, dtype=np.int64)).reshape(-1)].reshape(shape)
     flat = buffer[(at[:, None] + np.arange(lat.run_bytes, dtype=np.int64)).reshape(-1)]
     return flat.view(layout.raw_dtype).reshape(shape)
-
-
-def requests_touching(plan: SpanPlan, layout: Layout, box: Box) -> int:
-    """How many of the plan's requests carry bytes of `box` (its runs ascend, and so do the
-    requests: the [first, last] request intervals of the runs are merged and counted)."""
-    lat = lattice_for(layout, box_selection(box, layout.shape))
-    offsets = run_offsets(lat)
-    first = np.searchsorted(plan.request_stops, offsets, side="right")
-    last = np.searchsorted(plan.request_starts, offsets + lat.run_bytes, side="left") - 1
-    reach = np.maximum.accumulate(last)
-    new = np.empty(len(first), dtype=bool)
-    new[0] = True
-    new[1:] = first[1:] > reach[:-1]
-    starts = first[new]
-    ends = np.concatenate((reach[np.flatnonzero(new)[1:] - 1], reach[-1:]))
-    return int((ends - starts + 1).sum())
 
 
 def split_by_bytes(weights_bytes, n_ranks: int) -> list[tuple[int, int]]:
@@ -236,37 +225,14 @@ def box_spans(layout: Layout, box: Box, max_gap_bytes: int) -> tuple[np.ndarray,
     """A box's runs merged with the gap rule: the spans it would be read in alone. Merging is
     associative (two runs join when a chain of gaps of at most max_gap_bytes links them), so the
     spans of many boxes are the merge of their boxes' spans: a batch is priced from a few spans
-    per box, not from every run."""
-    starts, stops, _ = merge_runs(*box_runs(layout, box), max_gap_bytes)
-    return starts, stops
-
-
-def batches(layout: Layout, boxes, order, batch_bytes: int, *, max_gap_bytes: int) -> list[list[int]]:
-    """`order` (indices into boxes) cut into consecutive batches whose spans read at most
-    batch_bytes (shared bytes counted once): the buffer one batch needs. A batch holds at least one
-    box, so a box larger than batch_bytes is a batch of its own. Each batch is the longest run of
-    boxes that fits, found by doubling and then bisecting over the boxes' own spans (box_spans)."""
-    order = [int(i) for i in order]
-    spans = [box_spans(layout, boxes[i], max_gap_bytes) for i in order]
-    out, start = [], 0
-
-    def fits(stop: int) -> bool:
-        merged = merge_runs(np.concatenate([a for a, _ in spans[start:stop]]),
-                        np.concatenate([b for _, b in spans[start:stop]]), max_gap_bytes)
-        return int((merged[1] - merged[0]).sum()) <= batch_bytes
-
-    while start < len(order):
-        good, step = start + 1, 1
-        while good + step <= len(order) and fits(good + step):
-            good += step
-            step *= 2
-        bad = min(good + step, len(order) + 1)
-        while bad - good > 1:  # fits(good) holds (or good == start + 1), fits(bad) does not
-            mid = (good + bad) // 2
-            if fits(mid):
-                good = mid
-            else:
-                bad = mid
-        out.append(order[start:good])
-        start = good
-    return out
+    per box, not from every run. A box's runs nest (each axis's step is longer than everything
+    inside it), so the gap rule joins whole axes from the innermost out: where the gap between two
+    neighbours along an axis is at most max_gap_bytes, that axis becomes part of the run."""
+    lat = lattice_for(layout, box_selection(box, layout.shape))
+    counts, strides, run = list(lat.counts), list(lat.strides), lat.run_bytes
+    while counts and strides[-1] - run <= max_gap_bytes:
+        run = (counts.pop() - 1) * strides.pop() + run
+    starts = np.array([lat.base], dtype=np.int64)
+    for count, stride in zip(counts, strides):
+        starts = (starts[:, None] + np.arange(count, dtype=np.int64) * stride).reshape(-1)
+    return starts, starts + run

@@ -1,30 +1,17 @@
 """`plan --catalogue`: what a cut-out job would read, before any data moves.
 
-The same decisions `cutouts` makes (the sources' boxes, the split over ranks along the axis the
-boxes reach least, each rank's batches and the spans they merge into), priced by the cost model
-and what the ranks share (core/sharing.py), without reading a data byte.
+The same decisions `cutouts` makes (the sources' boxes, the split over ranks, each rank's stripe
+and the bands it streams it in, each band read whole or as its cut-outs' spans), priced by the
+cost model and what the ranks share (core/sharing.py), without reading a data byte.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ingest.config import RunConfig
-from ingest.core.cutplan import batches, box_bytes, box_spans, merge_runs, source_order, split_axis, split_by_bytes
+from ingest.core.cutplan import box_bytes
+from ingest.core.cutstripes import choose_split, plan_stripe
 from ingest.core.sharing import RankLoad, predict_job
 from ingest.driver.cutout_sources import cube_sources
 from ingest.driver.cutouts import gap_bytes
-
-
-def _rank_load(layout, boxes, cfg: RunConfig, gap: int, chunk_bytes: int, threads: int) -> RankLoad:
-    """A rank's requests and wire bytes: its batches' merged spans, cut into requests."""
-    requests = wire = 0
-    for group in batches(layout, boxes, range(len(boxes)), cfg.cutout_batch_bytes, max_gap_bytes=gap):
-        spans = [box_spans(layout, boxes[k], gap) for k in group]
-        starts, stops, _ = merge_runs(np.concatenate([a for a, _ in spans]), np.concatenate([b for _, b in spans]), gap)
-        sizes = stops - starts
-        requests += int((-(-sizes // chunk_bytes)).sum())
-        wire += int(sizes.sum())
-    return RankLoad(requests, wire, threads)
 
 
 def plan_catalogue(cfg: RunConfig, layout, settings, topology, shared) -> dict:
@@ -33,14 +20,29 @@ def plan_catalogue(cfg: RunConfig, layout, settings, topology, shared) -> dict:
     sources = cube_sources(cfg, layout)
     todo = [i for i, s in enumerate(sources) if s.box is not None]
     gap = gap_bytes(cfg, settings)
-    boxes = [sources[i].box for i in todo]
-    loads = []
-    if todo:
-        axis = split_axis(boxes, layout.shape)
-        order = [todo[k] for k in source_order(layout, boxes, axis)]
-        parts = split_by_bytes([box_bytes(sources[i].box, layout.itemsize) for i in order], topology.n_ranks)
-        loads = [_rank_load(layout, [sources[i].box for i in order[a:b]], cfg, gap, settings.chunk_bytes,
-                            settings.threads) for a, b in parts]
+    loads, choices, memory = [], [], 0
+    if todo and layout.storage == "contiguous":
+        boxes = [sources[i].box for i in todo]
+        axis, order, parts, why = choose_split(layout, boxes, topology.n_ranks, max_gap_bytes=gap,
+                                               chunk_bytes=settings.chunk_bytes, cost=settings.cost,
+                                               threads=settings.threads)
+        choices.append(why)
+        for rank, (a, b) in enumerate(parts):
+            if a == b:
+                loads.append(RankLoad(0, 0, settings.threads))
+                continue
+            plan = plan_stripe(layout, [boxes[k] for k in order[a:b]], split=axis,
+                               budget_bytes=cfg.cutout_batch_bytes, max_gap_bytes=gap,
+                               chunk_bytes=settings.chunk_bytes, cost=settings.cost, threads=settings.threads)
+            loads.append(RankLoad(plan.n_requests, plan.wire_bytes, settings.threads))
+            choices.append(f"rank {rank}: {plan.choice_text()}")
+            memory = max(memory, plan.memory_bytes)
+    elif todo:  # chunked: each cut-out through its chunks, its bytes once
+        per_rank = -(-len(todo) // topology.n_ranks)
+        for r in range(topology.n_ranks):
+            mine = todo[r * per_rank:(r + 1) * per_rank]
+            wire = sum(box_bytes(sources[i].box, layout.itemsize) for i in mine)
+            loads.append(RankLoad(len(mine), wire, settings.threads))
     prediction = predict_job(settings.alone, shared, topology, loads)
     requests, wire = sum(l.n_requests for l in loads), sum(l.wire_bytes for l in loads)
     n = max(1, len(todo))
@@ -49,4 +51,4 @@ def plan_catalogue(cfg: RunConfig, layout, settings, topology, shared) -> dict:
             "bytes_needed": sum(box_bytes(sources[i].box, layout.itemsize) for i in todo),
             "requests_per_source": requests / n, "bytes_wire_per_source": wire / n,
             "read_share_of_data": wire / max(1, layout.data_bytes), "max_gap_bytes": gap,
-            "prediction": prediction.as_dict()}
+            "memory_bound_bytes": memory, "choice": "; ".join(choices), "prediction": prediction.as_dict()}

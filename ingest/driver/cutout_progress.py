@@ -1,6 +1,6 @@
 """Rank 0's progress bar for a cut-out job: sources done of the job's total, and bytes, from
-every rank. The other ranks tell rank 0 of each finished batch by non-blocking sends (and that
-they are done); rank 0 counts them between its own batches and, at the end, until every rank has
+every rank. The other ranks tell rank 0 of each group of cut-outs they finish by non-blocking sends (and that
+they are done); rank 0 counts them between its own groups and, at the end, until every rank has
 said it is done, so no message is left unreceived."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ _PROGRESS_TAG = 4401
 
 
 class Reporter:
-    """A rank other than 0: tells rank 0 of each finished batch (non-blocking sends)."""
+    """A rank other than 0: tells rank 0 of each finished group of cut-outs (non-blocking sends)."""
 
     def __init__(self, comm):
         self.comm, self.pending = comm, []
@@ -29,7 +29,7 @@ class Reporter:
 
 
 class Progress:
-    """Rank 0's bar: sources done of the job's total, and bytes, from every rank's batches."""
+    """Rank 0's bar: sources done of the job's total, and bytes, from every rank."""
 
     def __init__(self, cfg: RunConfig, comm, total: int):
         self.comm, self.bar, self.finished = comm, None, 0

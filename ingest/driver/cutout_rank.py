@@ -1,10 +1,13 @@
-"""One rank's share of a cut-out job: its sources in batches, each read once and written whole.
+"""One rank's share of a cut-out job: its stripe of the cube streamed once, band by band.
 
-A batch's cut-outs are one set of requests (`core.cutplan.plan_spans`: the bytes neighbouring or
-overlapping cut-outs share are read once), landing in one buffer of at most `cutout_batch_bytes`.
-Each cut-out is gathered from it and written under a temporary name; the whole batch is then
-made durable by one sync and renamed into place (`ingest.atomic.DurableBatch`), and only then
-journalled. Chunked HDF5 data is read per cut-out through its chunks instead.
+The rank plans its stripe (`core.cutstripes.plan_stripe`): bands of planes as large as the memory
+budget (`cutout_batch_bytes`) allows, each read either whole in long requests or as its
+cut-outs' merged spans, whichever the cost model predicts sooner. One buffer is allocated for the
+largest band; each band's requests land in it (after the planes carried over from the band before
+are moved to its front), then every cut-out whose last plane the band read is gathered from it
+(or from its partial array, filled band by band) and written under a temporary name. Files are
+made durable by one sync per group and renamed into place (`ingest.atomic.DurableBatch`), and
+only then journalled. Chunked HDF5 data is read per cut-out through its chunks instead.
 """
 from __future__ import annotations
 
@@ -16,50 +19,14 @@ from mpi4py import MPI
 from ingest.atomic import DurableBatch
 from ingest.config import RunConfig
 from ingest.config.settings import retry_policy, transport_options
-from ingest.core.cutplan import batches, box_bytes, gather_box, plan_spans, requests_touching
+from ingest.core.cutplan import box_bytes
+from ingest.core.cutstripes import band_cutouts, carry_over, plan_stripe
 from ingest.driver import cutout_sinks as sinks
 from ingest.engine.executor import run_requests
 from ingest.outputs import cutouts as outputs
 from ingest.transports import open_transport
 
-
-def _read_spans(transport, job, cfg: RunConfig, boxes):
-    """A batch of boxes of contiguous data as one span plan: (each box's raw array, gathered from
-    the buffer only when asked for, so a rank holds one cut-out beside the buffer; plan; stats)."""
-    s = job.settings
-    plan = plan_spans(job.layout, boxes, max_gap_bytes=job.max_gap_bytes, chunk_bytes=s.chunk_bytes)
-    buffer = np.empty(plan.buffer_bytes, np.uint8)
-    at = plan.request_buffer_offsets()
-
-    def one(i, worker):
-        n = int(plan.request_stops[i] - plan.request_starts[i])
-        yield memoryview(buffer)[int(at[i]): int(at[i]) + n], int(plan.request_starts[i])
-        return n
-
-    stats = run_requests(plan.n_requests, one, transport, needed_bytes=plan.needed_bytes, buffer_bytes=s.chunk_bytes,
-                         wire_bytes=plan.wire_bytes, threads=s.threads, retry=retry_policy(cfg))
-    return (gather_box(plan, buffer, job.layout, box) for box in boxes), plan, stats
-
-
-def _read_chunked(transport, job, cfg: RunConfig, boxes):
-    """Chunked (HDF5) data: each box through its chunks, one plan per box."""
-    from ingest.api.read import plan_with, read_selection
-    from ingest.core.selection import box_to_region
-
-    arrays, total = [], None
-    for box in boxes:
-        sel, plan = plan_with(job.layout, box_to_region(box), job.settings)
-        raw, stats = read_selection(transport, job.layout, sel, plan, convert=False, threads=job.settings.threads,
-                                    retry=retry_policy(cfg))
-        arrays.append(raw)
-        if total is None:
-            total = stats
-        else:
-            total.requests, total.bytes_wire = total.requests + stats.requests, total.bytes_wire + stats.bytes_wire
-            total.bytes_needed += stats.bytes_needed
-            total.retries += stats.retries
-            total.throttled += stats.throttled
-    return arrays, None, total
+PUBLISH_FILES = 512  # cut-outs made durable together: one sync each; what a killed job can lose
 
 
 def _write(sink, job, source, raw, batch: DurableBatch, headers) -> str:
@@ -80,75 +47,135 @@ class RankTally:
 
     def __init__(self, rank: int):
         self.rank, self.t0 = rank, MPI.Wtime()
-        self.requests = self.bytes_wire = self.bytes_needed = self.batches = self.spans = 0
-        self.retries = self.throttled = 0
-        self.buffer_bytes_max = 0
+        self.requests = self.bytes_wire = self.bytes_needed = self.retries = self.throttled = 0
+        self.read_s = self.cut_s = 0.0
+        self.plan = None
+        self.memory_bound_bytes = 0
 
-    def add(self, stats, plan) -> None:
-        self.batches += 1
+    def add(self, stats) -> None:
         self.requests += stats.requests
         self.bytes_wire += stats.bytes_wire
         self.bytes_needed += stats.bytes_needed
         self.retries += stats.retries
         self.throttled += stats.throttled  # replies asking to slow down: not faults
-        if plan is not None:
-            self.spans += len(plan.span_starts)
-            self.buffer_bytes_max = max(self.buffer_bytes_max, plan.buffer_bytes)
 
     def record(self, n_sources: int) -> dict:
-        return {"rank": self.rank, "elapsed_s": MPI.Wtime() - self.t0, "sources": n_sources, "requests": self.requests,
-                "bytes_wire": self.bytes_wire, "bytes_needed": self.bytes_needed, "batches": self.batches,
-                "spans": self.spans, "buffer_bytes_max": self.buffer_bytes_max, "retries": self.retries,
-                "throttled": self.throttled, "host": MPI.Get_processor_name()}
+        out = {"rank": self.rank, "elapsed_s": MPI.Wtime() - self.t0, "sources": n_sources, "requests": self.requests,
+               "bytes_wire": self.bytes_wire, "bytes_needed": self.bytes_needed, "retries": self.retries,
+               "throttled": self.throttled, "read_s": self.read_s, "cut_s": self.cut_s,
+               "memory_bound_bytes": self.memory_bound_bytes, "host": MPI.Get_processor_name()}
+        plan = self.plan
+        if plan is not None:
+            out.update(plan_choice=plan.choice_text(), buffer_bytes_max=plan.buffer_bytes,
+                       bands=[{"planes": [b.lo, b.hi], "kept_from": b.keep_from, "mode": b.mode,
+                               "requests": b.n_requests, "bytes_wire": b.wire_bytes,
+                               "partial_bytes": b.partial_bytes, **{k: (round(v, 4) if isinstance(v, float) else v)
+                                                                    for k, v in b.choice.items()}}
+                              for b in plan.bands])
+        return out
+
+
+class _Finisher:
+    """Cut-outs written under temporary names, made durable and journalled in groups."""
+
+    def __init__(self, sink, durable: DurableBatch, entries: list, progress):
+        self.sink, self.durable, self.entries, self.progress = sink, durable, entries, progress
+        self.pending = []  # (source, path, requests, wire_bytes)
+
+    def add(self, source, path: str, requests: float, wire_bytes: int) -> None:
+        self.pending.append((source, path, requests, wire_bytes))
+        if len(self.pending) >= PUBLISH_FILES:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        self.durable.publish()
+        done = [self.sink.done(path, source.entry(os.path.basename(path), os.path.getsize(path),
+                                                  outputs.file_crc32(path), requests=requests, wire_bytes=wire))
+                for source, path, requests, wire in self.pending]
+        self.sink.journal_many(done)
+        self.entries += done
+        if self.progress is not None:
+            self.progress(len(done), sum(e["wire_bytes"] for e in done))
+        self.pending = []
+
+
+def _stream(transport, job, cfg: RunConfig, sources, write, finisher: _Finisher, tally: RankTally) -> None:
+    """Contiguous data: the rank's stripe, band by band (see the module docstring)."""
+    s, layout = job.settings, job.layout
+    boxes = [src.box for src in sources]
+    plan = plan_stripe(layout, boxes, split=job.split_axis, budget_bytes=cfg.cutout_batch_bytes,
+                       max_gap_bytes=job.max_gap_bytes, chunk_bytes=s.chunk_bytes, cost=s.cost, threads=s.threads)
+    tally.plan, tally.memory_bound_bytes = plan, plan.memory_bytes
+    buffer = np.empty(plan.buffer_bytes, np.uint8)
+    partials = {}
+    for band in plan.bands:
+        t0 = MPI.Wtime()
+        carry_over(buffer, band)
+        held = band.held
+        at = held.request_buffer_offsets()
+
+        def one(i, worker):
+            n = int(held.request_stops[i] - held.request_starts[i])
+            yield memoryview(buffer)[int(at[i]): int(at[i]) + n], int(held.request_starts[i])
+            return n
+
+        if band.n_requests:
+            tally.add(run_requests(band.n_requests, one, transport, needed_bytes=held.needed_bytes,
+                                   buffer_bytes=s.chunk_bytes, wire_bytes=band.wire_bytes, threads=s.threads,
+                                   retry=retry_policy(cfg)))
+        t1 = MPI.Wtime()
+        for k, raw in band_cutouts(band, buffer, layout, boxes, partials):
+            path = write(sources[k], raw)
+            raw = None  # one gathered cut-out at a time
+            finisher.add(sources[k], path, round(float(plan.source_requests[k]), 3),
+                         int(round(plan.source_wire_bytes[k])))
+        finisher.flush()
+        tally.read_s, tally.cut_s = tally.read_s + (t1 - t0), tally.cut_s + (MPI.Wtime() - t1)
+
+
+def _chunked(transport, job, cfg: RunConfig, sources, write, finisher: _Finisher, tally: RankTally) -> None:
+    """Chunked (HDF5) data: each cut-out through its chunks, one plan each."""
+    from ingest.api.read import plan_with, read_selection
+    from ingest.core.selection import box_to_region
+
+    tally.memory_bound_bytes = max(2 * box_bytes(src.box, job.layout.itemsize) for src in sources)
+    for source in sources:
+        sel, plan = plan_with(job.layout, box_to_region(source.box), job.settings)
+        raw, stats = read_selection(transport, job.layout, sel, plan, convert=False, threads=job.settings.threads,
+                                    retry=retry_policy(cfg))
+        tally.add(stats)
+        finisher.add(source, write(source, raw), stats.requests, stats.bytes_wire)
+    finisher.flush()
 
 
 def cut_rank(comm, cfg: RunConfig, job, progress=None) -> tuple[list[dict], dict]:
-    """Every rank: its sources in batches; (manifest entries, the rank's record)."""
+    """Every rank: its sources; (manifest entries, the rank's record)."""
     rank = comm.Get_rank()
-    mine = list(job.assignment[rank])
+    sources = [job.sources[i] for i in job.assignment[rank]]
     tally, entries = RankTally(rank), []
-    if not mine:
+    if not sources:
         return entries, tally.record(0)
     options = {}
     if job.method == "presigned" and job.signer_args is not None:
         from ingest.transports.presign import url_signer
 
         options["refresh_url"] = url_signer(*job.signer_args)
-    layout = job.layout
-    contiguous = layout.storage == "contiguous"
-    boxes = [job.sources[i].box for i in mine]
-    groups = (batches(layout, boxes, range(len(mine)), cfg.cutout_batch_bytes, max_gap_bytes=job.max_gap_bytes)
-              if contiguous else [[k] for k in range(len(mine))])
-    read = _read_spans if contiguous else _read_chunked
     sink, durable = sinks.RankSink(cfg, rank), DurableBatch()
     headers = None
-    if layout.kind == "fits":
+    if job.layout.kind == "fits":
         from ingest.outputs.cutout_headers import CutoutHeaders
 
-        headers = CutoutHeaders(layout)
+        headers = CutoutHeaders(job.layout)
+    finisher = _Finisher(sink, durable, entries, progress)
+    read = _stream if job.layout.storage == "contiguous" else _chunked
     try:
         with open_transport(job.read_source, job.method, threads=job.settings.threads, **transport_options(cfg),
                             **options) as transport:
             transport.adopt(job.info)
-            for group in groups:
-                chosen = [job.sources[mine[k]] for k in group]
-                arrays, plan, stats = read(transport, job, cfg, [s.box for s in chosen])
-                tally.add(stats, plan)
-                paths = [_write(sink, job, source, raw, durable, headers) for source, raw in zip(chosen, arrays)]
-                arrays = None  # the batch's buffer goes with its last reference
-                durable.publish()
-                batch_needed = sum(box_bytes(s.box, layout.itemsize) for s in chosen)
-                done = []
-                for source, path in zip(chosen, paths):
-                    share = box_bytes(source.box, layout.itemsize) / max(1, batch_needed)
-                    entry = source.entry(os.path.basename(path), os.path.getsize(path), outputs.file_crc32(path),
-                                         requests=requests_touching(plan, layout, source.box) if plan else stats.requests,
-                                         wire_bytes=round(stats.bytes_wire * share))
-                    done.append(sink.done(path, entry))
-                sink.journal_many(done)
-                entries += done
-                if progress is not None:
-                    progress(len(chosen), stats.bytes_wire)
+            read(transport, job, cfg, sources, lambda src, raw: _write(sink, job, src, raw, durable, headers),
+                 finisher, tally)
     finally:
         durable.discard()
         sink.close()

@@ -2,11 +2,11 @@
 
 Rank 0 reads the header and the catalogue, turns each source into a pixel box (its world region
 through the cube's WCS, or SoFiA-2's bounding box plus a margin), drops the cut-outs an earlier
-run left whole, and splits the rest over the ranks in contiguous stretches along the axis the
-boxes reach least far, balanced by bytes (`core.cutplan`). Each rank then reads its sources in
-batches (`cutout_rank`): one batch is one set of requests whose bytes shared by neighbouring or
-overlapping cut-outs are read once, and each cut-out is written whole or not at all. Rank 0
-gathers the records into manifest.json and the report.
+run left whole, and splits the rest over the ranks in contiguous stretches balanced by bytes,
+along the axis whose stripes the cost model predicts streamed soonest (`core.cutstripes.choose_split`).
+Each rank then streams its stripe once, band by band (`cutout_rank`), handing on each cut-out as
+the read passes its last plane, written whole or not at all. Rank 0 gathers the records into
+manifest.json and the report, with which reading each rank chose and why.
 """
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from mpi4py import MPI
 
 from ingest.config import RunConfig
 from ingest.config.settings import configured_settings, resolve_settings, retry_policy, transport_options, tunable
-from ingest.core.cutplan import box_bytes, box_selection, source_order, split_axis, split_by_bytes
-from ingest.core.lattice import UNLIMITED_GAP, make_plan
+from ingest.core.cutplan import box_bytes, box_selection
+from ingest.core.cutstripes import choose_split
+from ingest.core.lattice import UNLIMITED_GAP
 from ingest.core.linkprobe import LATENCY_THREADS
 from ingest.driver import cutout_sinks as sinks
 from ingest.driver.cutout_progress import Progress, Reporter
@@ -48,21 +49,12 @@ class CutoutJob:
     assignment: tuple  # per rank: a contiguous stretch of `todo`, as indices into `sources`
     kept: tuple  # manifest entries of cut-outs an earlier run left whole
     max_gap_bytes: int
-    plan_choice: str  # the read plan, and why, in words
+    split_axis: int  # numpy axis the ranks' stripes are cut along
+    plan_choice: str  # the split over ranks, and why, in words (each rank adds its bands')
 
     @property
     def ext(self) -> str:
         return ".h5" if self.layout.kind == "hdf5" else ".fits"
-
-
-def _choice_text(gap_bytes: int, axis: int, n_ranks: int, n_sources: int) -> str:
-    """How the job reads, and why, for the report (what it read is in the ranks' records)."""
-    split = (f"ranks split by numpy axis {axis} (the axis the cut-outs reach least far along, so ranks share "
-             f"the fewest bytes), balanced by bytes; " if n_ranks > 1 else "")
-    return (f"{split}each batch of a rank's {n_sources // max(1, n_ranks)}-odd cut-outs read as one set of spans: "
-            f"their runs merged wherever the gap between them is at most {gap_bytes} bytes (where reading a gap "
-            f"costs less than another request: latency x bandwidth, or max_gap_bytes), so shared bytes are read "
-            f"once and dense cut-outs read long spans, up to the whole object")
 
 
 def gap_bytes(cfg: RunConfig, settings) -> int:
@@ -94,16 +86,17 @@ def prepare(cfg: RunConfig, n_ranks: int) -> CutoutJob:
             settings = resolve_settings(cfg, transport, layout, box_selection(sources[largest].box, layout.shape),
                                         header=header)
     gap = gap_bytes(cfg, settings)
-    boxes = [sources[i].box for i in todo]
-    axis = split_axis(boxes, layout.shape) if todo else 0
-    todo = [todo[k] for k in source_order(layout, boxes, axis)] if todo else []
-    parts = split_by_bytes([box_bytes(sources[i].box, layout.itemsize) for i in todo], n_ranks)
+    axis, choice, parts = 0, "nothing to read", [(0, 0)] * n_ranks
+    if todo:
+        axis, order, parts, choice = choose_split(layout, [sources[i].box for i in todo], n_ranks, max_gap_bytes=gap,
+                                                  chunk_bytes=settings.chunk_bytes, cost=settings.cost,
+                                                  threads=settings.threads)
+        todo = [todo[k] for k in order]
     assignment = tuple(tuple(todo[a:b]) for a, b in parts)
-    choice = _choice_text(gap, axis, n_ranks, len(todo)) if todo else "nothing to read"
     if method == "presigned":
         read_source = ensure_lifetime(read_source, signer_args, 3600.0, cfg)
     return CutoutJob(read_source, method, layout, info, signer_args, settings, tuple(sources), tuple(todo),
-                     assignment, tuple(kept.values()), gap, choice)
+                     assignment, tuple(kept.values()), gap, axis, choice)
 
 
 def outputs_cube(layout, info) -> dict:
@@ -112,18 +105,14 @@ def outputs_cube(layout, info) -> dict:
             "last_modified": info.last_modified}
 
 
-def _alone_wire_bytes(layout, box, settings, gap_bytes: int) -> int:
-    """Bytes one cut-out would put on the wire read alone (the lattice plan's closed form)."""
-    if layout.storage != "contiguous":
-        return box_bytes(box, layout.itemsize)
-    return make_plan(layout, box_selection(box, layout.shape), strategy="auto", chunk_bytes=settings.chunk_bytes,
-                     max_gap_bytes=gap_bytes, cost=settings.cost).wire_bytes
-
-
 def cutouts(comm, cfg: RunConfig) -> dict | None:
     """The whole job on every rank of `comm`; rank 0 returns the report, the others None."""
     rank, size = comm.Get_rank(), comm.Get_size()
     t_start = MPI.Wtime()
+    if rank != 0:
+        # While rank 0 reads the header and the catalogue, the others load what they write with
+        # (astropy's FITS cards: seconds of imports), on cores rank 0 leaves idle.
+        import ingest.outputs.cutout_headers  # noqa: F401
     job = root_step(comm, prepare, cfg, size)
     prep_s = MPI.Wtime() - t_start
     bar = Progress(cfg, comm, len(job.todo)) if rank == 0 else None
@@ -166,9 +155,12 @@ def _report(cfg, job: CutoutJob, done, records, makespan_s: float, prep_s: float
         "schema": REPORT_SCHEMA, "config": cfg.to_report_dict(), "cube": cube_from_layout(job.layout),
         "makespan_s": makespan_s, "rank0_prepare_s": prep_s,
         "settings": {"threads": job.settings.threads, "chunk_bytes": job.settings.chunk_bytes,
-                     "max_gap_bytes": job.max_gap_bytes, "batch_bytes": cfg.cutout_batch_bytes,
-                     "memory_bound_bytes": _memory_bound_bytes(cfg, job)},
-        "plan": {"choice": job.plan_choice, "spans": sum(r.get("spans", 0) for r in records),
+                     "max_gap_bytes": job.max_gap_bytes, "band_budget_bytes": cfg.cutout_batch_bytes,
+                     "memory_bound_bytes": max((r["memory_bound_bytes"] for r in records), default=0)},
+        "plan": {"choice": _choice(job, records), "split_axis": job.split_axis,
+                 "bands": sum(len(r.get("bands", ())) for r in records),
+                 "modes": {m: sum(1 for r in records for b in r.get("bands", ()) if b["mode"] == m)
+                           for m in ("stream", "spans")},
                  "read_share_of_data": wire / max(1, job.layout.data_bytes),
                  "buffer_bytes_max": max((r.get("buffer_bytes_max", 0) for r in records), default=0)},
         "totals": {"sources": len(job.sources), "done": len(done), "kept": len(job.kept), "skipped": len(skipped),
@@ -179,13 +171,10 @@ def _report(cfg, job: CutoutJob, done, records, makespan_s: float, prep_s: float
     }
 
 
-def _memory_bound_bytes(cfg: RunConfig, job: CutoutJob) -> int:
-    """A rank holds one batch's buffer (at most batch_bytes, or one larger cut-out's own plan) and
-    one cut-out gathered from it at a time; requests land in the buffer with no copy beside it."""
-    largest = max((box_bytes(job.sources[i].box, job.layout.itemsize) for i in job.todo), default=0)
-    alone = max((_alone_wire_bytes(job.layout, job.sources[i].box, job.settings, job.max_gap_bytes) for i in job.todo),
-                default=0)
-    return max(cfg.cutout_batch_bytes, alone) + largest
+def _choice(job: CutoutJob, records) -> str:
+    """The split over ranks and each rank's bands, in words."""
+    ranks = [f"rank {r['rank']}: {r['plan_choice']}" for r in records if r.get("plan_choice")]
+    return "; ".join([job.plan_choice] + ranks)
 
 
 def cutouts_api(source, catalogue, output_dir=None, *, comm=None, config=None, **settings) -> dict | None:
