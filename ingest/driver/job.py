@@ -254,8 +254,6 @@ def prepare_job(cfg: RunConfig, topology: Topology, staging: bool = False, rank_
         layout, header = read_any_layout_timed(transport, hdu=cfg.hdu, dataset=cfg.dataset, retry=retry_policy(cfg),
                                                tiles=True)
         info, endpoint, environment = transport.info, transport.endpoint, transport.environment
-        # 1-2 small read-only requests, here once rather than on every rank; --no-probe skips the GET.
-        store = learn_store_facts(transport, past_end=cfg.probe).as_dict() if transport.name != "posix" else None
         tiled = layout.kind == "tiles"
         if staging and not tiled:
             from ingest.staging.stage import check_space
@@ -263,6 +261,9 @@ def prepare_job(cfg: RunConfig, topology: Topology, staging: bool = False, rank_
             check_space(cfg.stage_dir, info.object_bytes)
         if room is not None and not tiled:
             room(box_bytes(_job_box(cfg, layout), layout.itemsize))
+        # 1-2 small read-only requests, once rather than on every rank (--no-probe skips the GET),
+        # and only for a job that goes ahead: a refused one reads nothing but its header.
+        store = learn_store_facts(transport, past_end=cfg.probe).as_dict() if transport.name != "posix" else None
         rounds = ()
         if not tiled and tunable(cfg, layout):
             settings, rounds = _tune_for_job(cfg, transport, layout, header, topology, crew, read_source, method)
