@@ -189,7 +189,12 @@ def plan_stripe(layout: Layout, boxes, *, split: int, budget_bytes: int, max_gap
         rs, re_, wb = figures[mode]
         touched = (first < zb) & (last > za)
         band_need = per_plane * np.maximum(0, np.minimum(last, zb) - np.maximum(first, za)) * touched
-        share = band_need / max(1, band_need.sum())
+        if band_need.sum():
+            share = band_need / band_need.sum()
+        else:  # a stretch streamed through that no cut-out touches: charged to those it leads to
+            ahead = first >= zb
+            weights = (ahead if ahead.any() else np.ones(len(boxes), bool)).astype(float)
+            share = weights / max(1.0, weights.sum())
         req_share += share * len(rs)
         wire_share += share * wb
         held = SpanPlan(h_s, h_e, rs, re_, int(band_need.sum()), max_gap_bytes, chunk_bytes)
