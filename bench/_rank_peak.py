@@ -9,32 +9,25 @@ bench/_read_once.py for why a child's ru_maxrss can start at its parent's peak.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 if __package__ in (None, ""):  # run as a file: make `bench` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench._rank_record import launcher_rank, write_rank_record  # noqa: E402 - after the path fix
 from bench._read_once import _status_bytes  # noqa: E402 - after the path fix
 
 PEAK_DIR_ENV = "INGEST_BENCH_PEAK_DIR"
-_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 
 
 def main(argv=None) -> int:
     from ingest.cli.main import main as ingest_main
 
     status = ingest_main(list(sys.argv[1:] if argv is None else argv))
-    rank = next((int(os.environ[v]) for v in _RANK_VARS if os.environ.get(v, "").isdigit()), 0)
-    record = {"rank": rank, "status": status, "peak_rss_bytes": _status_bytes("VmHWM"),
+    record = {"rank": launcher_rank(), "status": status, "peak_rss_bytes": _status_bytes("VmHWM"),
               "rss_at_exit_bytes": _status_bytes("VmRSS")}
-    out_dir = os.environ.get(PEAK_DIR_ENV)
-    if out_dir:
-        path = os.path.join(out_dir, f"rank{rank}.json")
-        with open(path + ".tmp", "w") as f:
-            json.dump(record, f)
-        os.replace(path + ".tmp", path)
+    write_rank_record(os.environ.get(PEAK_DIR_ENV), record)
     return status
 
 

@@ -12,16 +12,19 @@ modules counted are the command's own.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 
 T_MAIN_UNIX_S = time.time()  # before any import of ingest's
 
+if __package__ in (None, ""):  # run as a file: make `bench` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench._rank_record import launcher_rank, write_rank_record  # noqa: E402 - after the path fix; stdlib only
+
 STARTUP_DIR_ENV = "INGEST_BENCH_STARTUP_DIR"
 LAUNCH_ENV = "INGEST_BENCH_LAUNCH_UNIX_S"
-_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 
 
 def process_start_unix_s() -> float | None:
@@ -81,15 +84,10 @@ def main(argv=None) -> int:
     if commands is not None:  # already imported by ingest.cli.main: point its name at the wrapper too
         commands.read_rank_regions = timed_read
     status = cli_main.main(list(sys.argv[1:] if argv is None else argv))
-    rank = next((int(os.environ[v]) for v in _RANK_VARS if os.environ.get(v, "").isdigit()), 0)
     launch = os.environ.get(LAUNCH_ENV)
-    record = {"rank": rank, "status": status, "launch_unix_s": float(launch) if launch else None, **marks}
-    out_dir = os.environ.get(STARTUP_DIR_ENV)
-    if out_dir:
-        path = os.path.join(out_dir, f"rank{rank}.json")
-        with open(path + ".tmp", "w") as f:
-            json.dump(record, f)
-        os.replace(path + ".tmp", path)
+    record = {"rank": launcher_rank(), "status": status, "launch_unix_s": float(launch) if launch else None,
+              **marks}
+    write_rank_record(os.environ.get(STARTUP_DIR_ENV), record)
     return status
 
 

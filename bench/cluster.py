@@ -146,9 +146,11 @@ def _cell(cluster: Cluster, url: str, shape, workload: str, method: str, ranks: 
                requests=agg["requests"], regions=len(rep.get("regions") or []))
     if rep.get("root"):  # rank 0's own work (ingest.driver.rootwork): what grows with the ranks
         root = rep["root"]
-        row.update(root_own_s=root["own_s"], root_steps_s=root["steps_s"], root_gather_s=root["gather_s"],
+        row.update(root_own_s=root["own_s"], root_own_cpu_s=root.get("own_cpu_s"), root_steps_s=root["steps_s"],
+                   root_waiting_s=root.get("waiting_s"), root_gather_s=root["gather_s"],
                    root_report_s=root["report_s"], root_bytes_gathered=root["bytes_gathered"],
-                   root_of_makespan=root["own_s"] / agg["makespan_s"] if agg["makespan_s"] else None)
+                   root_of_makespan=root["own_s"] / agg["makespan_s"] if agg["makespan_s"] else None,
+                   root_cpu_of_makespan=root.get("cpu_of_makespan"))
     rpn = math.ceil(ranks / nodes)  # --map-by node: the fullest node holds ceil(N/M) ranks
     if method == "direct":
         row["makespan_s"] = agg["makespan_s"]
@@ -327,9 +329,10 @@ def to_markdown(results: dict) -> str:
                      f"{med(r['carried_ratio'] for r in ok):.2f}" if all(r.get("carried_ratio") for r in ok) else "-",
                      f"{med(r['bytes_wire'] for r in ok) / common.MiB:.1f}",
                      f"{med(r['bytes_needed'] for r in ok) / common.MiB:.2f}",
-                     (f"{med(r['root_own_s'] for r in ok):.3f} ({med(r['root_of_makespan'] for r in ok):.1%}), "
+                     (f"{med(r['root_own_s'] for r in ok):.3f} ({med(r['root_of_makespan'] for r in ok):.1%}); cpu "
+                      f"{med(r['root_own_cpu_s'] for r in ok):.3f} ({med(r['root_cpu_of_makespan'] for r in ok):.1%}); "
                       f"{med(r['root_bytes_gathered'] for r in ok) / 1024:.0f} KiB"
-                      if all(r.get("root_of_makespan") is not None for r in ok) else "-"),
+                      if all(r.get("root_cpu_of_makespan") is not None for r in ok) else "-"),
                      r0["limit_binding"],
                      f"{r0['bottleneck']} (cpu {med((r['cpu_busy'] or 0) for r in ok):.0%})"])
     s = results["spec"]
@@ -342,7 +345,7 @@ def to_markdown(results: dict) -> str:
     return "\n".join([head, "", common.markdown_table(
         ["workload", "method", "nodes", "ranks", "makespan s", "predicted s", "measured / predicted", "model binds",
          "pipes' limit s", "client CPU floor s", "x limit", "x carried limit", "wire MiB", "needed MiB",
-         "rank 0's own s (of makespan), gathered", "limit binds",
+         "rank 0's own s (of makespan); its CPU s; gathered", "limit binds",
          "bottleneck"], body)])
 
 

@@ -3,10 +3,13 @@ with what grows with the ranks: real `mpiexec` jobs against the local S3 server.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import pytest
 
+from ingest.driver.mpi import root_step
+from ingest.driver.rootwork import ledger, start_ledger
 from ingest.testbed.synth import write_cube
 from tests.mpitools import child_env, mpiexec
 
@@ -29,7 +32,11 @@ def _root(s3_server, ranks: int, args: list, report_path) -> dict:
     root = report["root"]
     assert root["measuring_s"] == 0.0  # --no-probe
     assert root["own_s"] == pytest.approx(root["steps_s"] + root["gather_s"] + root["report_s"])
-    assert root["of_makespan"] == pytest.approx(root["own_s"] / report["aggregate"]["makespan_s"])
+    assert root["own_cpu_s"] == pytest.approx(root["steps_cpu_s"] + root["gather_cpu_s"] + root["report_cpu_s"])
+    assert root["waiting_s"] >= 0.0 and root["own_cpu_s"] > 0.0
+    makespan_s = report["aggregate"]["makespan_s"]
+    assert root["of_makespan"] == pytest.approx(root["own_s"] / makespan_s)
+    assert root["cpu_of_makespan"] == pytest.approx(root["own_cpu_s"] / makespan_s)
     return root
 
 
@@ -48,3 +55,35 @@ def test_prestage_reports_rank_0s_own_work(s3_server, cube, tmp_path):
                  tmp_path / "prestage.json")
     # prepare, the stage, its files, their completion: four steps; the regions and the ranks gathered
     assert root["steps"] >= 4 and root["gathers"] == 2 and root["bytes_gathered"] > 0
+
+
+class _LateOthers:
+    """Rank 0 of two, whose other rank arrives at the step's barrier `late_s` after rank 0 does."""
+
+    def __init__(self, late_s: float):
+        self.late_s = late_s
+
+    def Get_rank(self):
+        return 0
+
+    def Get_size(self):
+        return 2
+
+    def Ibarrier(self):
+        arrives = time.perf_counter() + self.late_s
+        return type("Request", (), {"Test": lambda _self: time.perf_counter() >= arrives})()
+
+    def bcast(self, obj, root=0):
+        return obj
+
+
+def test_a_step_charges_rank_0_its_work_not_its_wait_for_late_ranks():
+    # Where 64 ranks start on 2 cores, rank 0 plans long before the last rank has imported
+    # Python: that wait is the others' start-up, kept apart from rank 0's own work.
+    start_ledger()
+    assert root_step(_LateOthers(late_s=0.3), lambda: time.sleep(0.05) or "planned") == "planned"
+    root = ledger().as_dict(makespan_s=1.0)
+    assert root["steps"] == 1
+    assert root["waiting_s"] >= 0.3
+    assert 0.05 <= root["steps_s"] < 0.25 and root["own_s"] == root["steps_s"]
+    assert root["steps_cpu_s"] < root["steps_s"]  # a sleep costs no CPU

@@ -187,17 +187,26 @@ def _blocks(data_bytes: int, block_bytes: int, out: np.ndarray):
     return data_bytes // block_bytes, do_one
 
 
-def test_threads_ride_out_a_store_that_serves_three_at_once():
-    data = np.random.default_rng(1).integers(0, 255, 600 * 1024, dtype=np.uint8)
+def _ride_out(transport_type, capacity: int, kib: int, threads: int, seed: int):
+    """Read `kib` KiB in 1 KiB requests on `threads` through a store serving `capacity` at once,
+    with no retry budget: (stats, store, transport, requests), the data checked exact and every
+    throttle counted, none as a fault or retry."""
+    data = np.random.default_rng(seed).integers(0, 255, kib * 1024, dtype=np.uint8)
     out = np.zeros_like(data)
-    store = Store(capacity=3)
-    transport = ThrottlingTransport(data, store)
+    store = Store(capacity=capacity)
+    transport = transport_type(data, store)
     n, do_one = _blocks(data.size, 1024, out)
     policy = RetryPolicy(retries=0, total_s=60.0, throttle_backoff_s=0.002, throttle_backoff_max_s=0.02)
-    stats = run_requests(n, do_one, transport, needed_bytes=data.size, buffer_bytes=1024, threads=16, retry=policy)
+    stats = run_requests(n, do_one, transport, needed_bytes=data.size, buffer_bytes=1024, threads=threads,
+                         retry=policy)
     assert np.array_equal(out, data)  # retries=0, yet every throttled request completed
     assert stats.retries == 0 and stats.faults == {}
     assert stats.throttled == store.refused > 0
+    return stats, store, transport, n
+
+
+def test_threads_ride_out_a_store_that_serves_three_at_once():
+    stats, store, transport, n = _ride_out(ThrottlingTransport, capacity=3, kib=600, threads=16, seed=1)
     assert stats.concurrency_ceiling == 16 and 1 <= stats.concurrency_min <= 3
     assert stats.concurrency_settled <= 4.5  # near the store's 3, far below the 16 threads
     assert store.refused < n / 4, f"{store.refused} refusals for {n} requests: the limit did not hold"
@@ -251,15 +260,7 @@ class ConcurrentThrottlingTransport(ThrottlingTransport):
 
 
 def test_the_one_thread_loop_keeps_its_depth_to_what_the_store_serves():
-    data = np.random.default_rng(2).integers(0, 255, 500 * 1024, dtype=np.uint8)
-    out = np.zeros_like(data)
-    store = Store(capacity=4)
-    transport = ConcurrentThrottlingTransport(data, store)
-    n, do_one = _blocks(data.size, 1024, out)
-    policy = RetryPolicy(retries=0, total_s=60.0, throttle_backoff_s=0.002, throttle_backoff_max_s=0.02)
-    stats = run_requests(n, do_one, transport, needed_bytes=data.size, buffer_bytes=1024, threads=32, retry=policy)
-    assert np.array_equal(out, data)
-    assert stats.retries == 0 and stats.faults == {} and stats.throttled == store.refused > 0
+    stats, store, _, n = _ride_out(ConcurrentThrottlingTransport, capacity=4, kib=500, threads=32, seed=2)
     assert stats.concurrency_ceiling == 32 and stats.concurrency_settled <= 6
     assert store.refused < n / 4, f"{store.refused} refusals for {n} requests: the depth did not follow the limit"
     assert store.active == 0

@@ -22,7 +22,7 @@ from ingest.core.selection import box_to_region, normalize, parse_region
 from ingest.core.sharing import JobPrediction, RankLoad, Topology, predict_job
 from ingest.engine import linkcache
 from ingest.engine.autotune import data_span, first_look_bytes
-from ingest.driver.rootwork import note_measuring
+from ingest.driver.rootwork import Clock, note_measuring
 from ingest.driver.source import ensure_lifetime, resolve_source
 from ingest.errors import ConfigError
 from ingest.formats.reader import read_any_layout_timed
@@ -207,7 +207,8 @@ def _tune_for_job(cfg: RunConfig, transport: Transport, layout: Layout, header, 
     sel = largest_selection(cfg, configured_settings(cfg), layout, topology.n_ranks)
     settings = resolve_settings(cfg, transport, layout, sel, header=header, topology=topology)
     if settings.probe is not None:  # measuring the link, not rank 0's own work (ingest.driver.rootwork)
-        note_measuring(settings.probe.probe_s)
+        # Its CPU is not known apart from the tuning around it, so stays charged to rank 0's own.
+        note_measuring(settings.probe.probe_s, 0.0)
     # --no-probe means no read before the job's own: not a look across nodes either.
     look_bytes = across_nodes_bytes(settings, layout, sel, topology) if cfg.probe else 0
     # No ranks at hand, or a read too small to repay a probe, and no nodes to look across.
@@ -216,11 +217,11 @@ def _tune_for_job(cfg: RunConfig, transport: Transport, layout: Layout, header, 
     from ingest.driver.probe_rounds import measure_shared
 
     options = rank_transport_options(cfg, method, transport.environment)
-    t_rounds = time.perf_counter()
+    clock = Clock()
     measured = measure_shared(crew, topology, settings, source=read_source, method=method,
                               options=options, info=transport.info, span=data_span(layout),
                               predicted_s=settings.tuning.predicted_s, look_bytes=look_bytes)
-    note_measuring(time.perf_counter() - t_rounds)
+    note_measuring(*clock.elapsed())
     if measured is None:
         return settings, ()
     shared, alone, rounds = measured

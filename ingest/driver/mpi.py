@@ -12,7 +12,7 @@ import time
 import traceback
 
 from ingest.core.sharing import Topology
-from ingest.driver.rootwork import note_step
+from ingest.driver.rootwork import Clock, note_step
 from ingest.errors import IngestError
 
 # Launchers export the task count they started; a world smaller than that means mpi4py was not
@@ -96,7 +96,7 @@ def root_step(comm, fn, *args, **kwargs):
     """Run fn on rank 0 only and broadcast its result; an IngestError there is raised on every
     rank (the others get RootStepFailed), so all ranks leave together instead of hanging."""
     result, error = None, None
-    t0 = time.perf_counter()
+    clock = Clock()
     if comm.Get_rank() == 0:
         try:
             result = fn(*args, **kwargs)
@@ -105,7 +105,9 @@ def root_step(comm, fn, *args, **kwargs):
     # The others wait for rank 0's step asleep: a rank blocked in bcast spins a core (Open MPI
     # busy-polls), and where ranks outnumber cores (64 emulated ranks on 2 cores) they took them
     # from rank 0 itself, so the step it did for them took minutes instead of a second.
+    waiting = Clock()
     quiet_barrier(comm)
+    waiting_s, waiting_cpu_s = waiting.elapsed()
     error_text = comm.bcast(None if error is None else str(error), root=0)
     if error is not None:
         error.collective = True  # every rank knows: exit cleanly, no Abort needed
@@ -115,7 +117,8 @@ def root_step(comm, fn, *args, **kwargs):
         raise RootStepFailed(error_text)
     result = comm.bcast(result, root=0)
     if comm.Get_rank() == 0:
-        note_step(time.perf_counter() - t0)
+        wall_s, cpu_s = clock.elapsed()
+        note_step(wall_s - waiting_s, cpu_s - waiting_cpu_s, waiting_s)
     return result
 
 

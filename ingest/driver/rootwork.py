@@ -6,8 +6,13 @@ ranks they must stay a small part of the makespan, so a command starts a ledger,
 gather_to_root add to it, and the report carries it ("root"), with what grows with the ranks:
 the collectives rank 0 led and the bytes it gathered.
 
-The gathers are timed after a collective that all ranks have passed (all_agree_or_raise): their
-time is the gather's, not rank 0 waiting for a slow rank's read.
+Only rank 0's own work is charged to it. A step's wait for the other ranks to arrive (their
+Python starting, their previous step) is kept apart as `waiting_s`: it grows with the ranks'
+start-up, not with what rank 0 does. The gathers are timed after a collective that all ranks
+have passed (all_agree_or_raise): their time is the gather's, not rank 0 waiting for a slow
+rank's read. Each term is kept in wall and CPU seconds: where ranks outnumber cores (an emulated
+cluster on one machine) the wall time counts rank 0 waiting for a core, and the CPU time is what
+its work costs on a node where it has one.
 """
 from __future__ import annotations
 
@@ -20,20 +25,30 @@ from dataclasses import dataclass
 @dataclass
 class RootLedger:
     steps: int = 0  # root_step calls: rank 0 ran a step and broadcast its result
-    steps_s: float = 0.0  # their time on rank 0, the broadcasts included (the probe rounds too)
+    steps_s: float = 0.0  # rank 0 running them and broadcasting the results (the probe rounds too)
+    steps_cpu_s: float = 0.0
+    waiting_s: float = 0.0  # in the steps, rank 0 waiting for the other ranks to arrive
     gathers: int = 0
     gather_s: float = 0.0
+    gather_cpu_s: float = 0.0
     bytes_gathered: int = 0  # the gathered records, pickled as MPI sends them
     report_s: float = 0.0  # building the report (writing it comes after, and is not in it)
+    report_cpu_s: float = 0.0
     # Inside the steps, the time the link's probe and the shared rounds took: a measurement the
     # ranks make together (and --no-probe skips), not work rank 0 does for the others.
     measuring_s: float = 0.0
+    measuring_cpu_s: float = 0.0
 
     def as_dict(self, makespan_s: float | None) -> dict:
         own_s = self.steps_s - self.measuring_s + self.gather_s + self.report_s
-        return {"steps": self.steps, "steps_s": self.steps_s, "measuring_s": self.measuring_s,
-                "gathers": self.gathers, "gather_s": self.gather_s, "bytes_gathered": self.bytes_gathered,
-                "report_s": self.report_s, "own_s": own_s, "of_makespan": own_s / makespan_s if makespan_s else None}
+        own_cpu_s = self.steps_cpu_s - self.measuring_cpu_s + self.gather_cpu_s + self.report_cpu_s
+        share = (lambda s: s / makespan_s if makespan_s else None)
+        return {"steps": self.steps, "steps_s": self.steps_s, "steps_cpu_s": self.steps_cpu_s,
+                "waiting_s": self.waiting_s, "measuring_s": self.measuring_s,
+                "measuring_cpu_s": self.measuring_cpu_s, "gathers": self.gathers, "gather_s": self.gather_s,
+                "gather_cpu_s": self.gather_cpu_s, "bytes_gathered": self.bytes_gathered,
+                "report_s": self.report_s, "report_cpu_s": self.report_cpu_s, "own_s": own_s,
+                "own_cpu_s": own_cpu_s, "of_makespan": share(own_s), "cpu_of_makespan": share(own_cpu_s)}
 
 
 _ledger = RootLedger()
@@ -50,22 +65,38 @@ def ledger() -> RootLedger:
     return _ledger
 
 
-def note_step(elapsed_s: float) -> None:
+class Clock:
+    """Wall and CPU seconds since it started (CPU: this process's, all its threads)."""
+
+    def __init__(self):
+        self.wall0, self.cpu0 = time.perf_counter(), time.process_time()
+
+    def elapsed(self) -> tuple[float, float]:
+        return time.perf_counter() - self.wall0, time.process_time() - self.cpu0
+
+
+def note_step(elapsed_s: float, cpu_s: float, waiting_s: float) -> None:
+    """One root_step: its work (wall, CPU) and, apart, rank 0's wait for the others to arrive."""
     _ledger.steps += 1
     _ledger.steps_s += elapsed_s
+    _ledger.steps_cpu_s += cpu_s
+    _ledger.waiting_s += waiting_s
 
 
-def note_measuring(elapsed_s: float) -> None:
+def note_measuring(elapsed_s: float, cpu_s: float) -> None:
     _ledger.measuring_s += elapsed_s
+    _ledger.measuring_cpu_s += cpu_s
 
 
 def gather_to_root(comm, obj):
     """comm.gather(obj, root=0), counted in the ledger on rank 0; None on the others."""
-    t0 = time.perf_counter()
+    clock = Clock()
     gathered = comm.gather(obj, root=0)
     if comm.Get_rank() == 0:
+        wall_s, cpu_s = clock.elapsed()
         _ledger.gathers += 1
-        _ledger.gather_s += time.perf_counter() - t0
+        _ledger.gather_s += wall_s
+        _ledger.gather_cpu_s += cpu_s
         _ledger.bytes_gathered += sum(len(pickle.dumps(o, protocol=pickle.HIGHEST_PROTOCOL)) for o in gathered)
     return gathered
 
@@ -73,8 +104,10 @@ def gather_to_root(comm, obj):
 @contextmanager
 def building_report():
     """Around building a report on rank 0: its time in the ledger."""
-    t0 = time.perf_counter()
+    clock = Clock()
     try:
         yield
     finally:
-        _ledger.report_s += time.perf_counter() - t0
+        wall_s, cpu_s = clock.elapsed()
+        _ledger.report_s += wall_s
+        _ledger.report_cpu_s += cpu_s
