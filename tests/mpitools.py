@@ -14,6 +14,7 @@ import uuid
 import warnings
 
 import numpy as np
+import pytest
 from astropy.io import fits
 
 from ingest.testbed.synth import write_cube
@@ -173,3 +174,16 @@ def reassemble(report, shape, dtype):
             cube[region] = f[0].data
         hits[region] += 1
     return cube, hits
+
+
+def check_root_ledger(root: dict, makespan_s: float, gathers: int) -> dict:
+    """A report's `root` (ingest.driver.rootwork): rank 0's steps, `gathers` gathers of some bytes,
+    its own work the sum of its parts in wall and CPU seconds, each over `makespan_s`."""
+    assert root["steps"] >= 1 and root["gathers"] == gathers and root["bytes_gathered"] > 0
+    assert root["own_s"] == pytest.approx(root["steps_s"] - root["measuring_s"] + root["gather_s"] + root["report_s"])
+    assert root["own_cpu_s"] == pytest.approx(root["steps_cpu_s"] - root["measuring_cpu_s"] + root["gather_cpu_s"]
+                                              + root["report_cpu_s"])
+    assert root["waiting_s"] >= 0.0 and root["own_cpu_s"] > 0.0
+    assert root["of_makespan"] == pytest.approx(root["own_s"] / makespan_s)
+    assert root["cpu_of_makespan"] == pytest.approx(root["own_cpu_s"] / makespan_s)
+    return root

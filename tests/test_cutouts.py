@@ -12,7 +12,7 @@ from astropy.io import fits
 from astropy.wcs import WCS
 
 import ingest
-from tests.mpitools import child_env, cli, mpiexec, upload_float_cube
+from tests.mpitools import check_root_ledger, child_env, cli, mpiexec, upload_float_cube
 
 SHAPE = (24, 40, 36)  # numpy order: z, y, x
 
@@ -91,6 +91,7 @@ def test_bbox_cubelets_under_mpi_exact_manifest_and_resume(s3_server, cube, tmp_
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["totals"]["done"] == 5 and report["totals"]["skipped"] == 1
     assert report["totals"]["requests"] > 0 and len(report["ranks"]) == 3
+    check_root_ledger(report["root"], report["makespan_s"], gathers=1)  # rank 0 writes the manifest in report_s
     # The report says how the ranks split the cube and how each read its stripe, and why.
     choice = report["plan"]["choice"]
     assert "ranks split along numpy axis" in choice and "rank 0: planes" in choice and "predicted" in choice

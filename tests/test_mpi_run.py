@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ingest.testbed.synth import write_cube
-from tests.mpitools import ROOT, child_env, mpiexec, reassemble, upload_fits_cube
+from tests.mpitools import ROOT, check_root_ledger, child_env, mpiexec, reassemble, upload_fits_cube
 
 SHAPE = (24, 40, 36)  # numpy order (z, y, x)
 N_RANKS = 4
@@ -85,7 +85,9 @@ def test_stage_command_then_baseline_from_its_report(cube, s3_server, tmp_path):
     proc, _ = mpiexec(2, ["stage", "--source", cube["s3"], "--stage-dir", str(tmp_path / "st"),
                           "--report", str(stage_report), "--no-progress"], env)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(stage_report.read_text())["mode"] == "staging"
+    staged = json.loads(stage_report.read_text())
+    assert staged["mode"] == "staging"
+    check_root_ledger(staged["root"], staged["aggregate"]["makespan_s"], gathers=1)  # the staged read's records
     report_path = tmp_path / "direct.json"
     proc, _ = mpiexec(2, ["--source", cube["s3"], "--baseline", str(stage_report), "--report", str(report_path),
                           "--no-progress"], env)

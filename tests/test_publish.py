@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from astropy.io import fits
 
-from tests.mpitools import ROOT, child_env, cli, mpiexec, upload_float_cube
+from tests.mpitools import ROOT, check_root_ledger, child_env, cli, mpiexec, upload_float_cube
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -105,6 +105,7 @@ def test_frame_prestage_publishes_the_source_byte_for_byte_then_refuses_to_overw
     assert facts["integrity"]["object"] == ("ETag matched the MD5 of the parts sent (ingest-checked); "
                                             "composite CRC32 matched")
     assert sum(r["parts_uploaded"] for r in facts["ranks"]) == 5
+    check_root_ledger(facts["root"], facts["elapsed_s"], gathers=2)  # the parts' records and the ranks' stats
     etag = client.head_object(Bucket=bucket, Key="out/frame.fits")["ETag"]
 
     again = cli(["publish", "--source", store["staged"], "--dest", f"s3://{bucket}/out/frame.fits", "--no-progress"],

@@ -11,7 +11,7 @@ import pytest
 from ingest.driver.mpi import root_step
 from ingest.driver.rootwork import ledger, start_ledger
 from ingest.testbed.synth import write_cube
-from tests.mpitools import child_env, mpiexec
+from tests.mpitools import check_root_ledger, child_env, mpiexec
 
 SHAPE = (16, 64, 64)  # float32: 256 KiB
 
@@ -29,23 +29,15 @@ def _root(s3_server, ranks: int, args: list, report_path) -> dict:
     proc, _ = mpiexec(ranks, [*args, "--report", report_path, "--no-probe", "--no-progress"], child_env(s3_server))
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(report_path.read_text())
-    root = report["root"]
-    assert root["measuring_s"] == 0.0  # --no-probe
-    assert root["own_s"] == pytest.approx(root["steps_s"] + root["gather_s"] + root["report_s"])
-    assert root["own_cpu_s"] == pytest.approx(root["steps_cpu_s"] + root["gather_cpu_s"] + root["report_cpu_s"])
-    assert root["waiting_s"] >= 0.0 and root["own_cpu_s"] > 0.0
-    makespan_s = report["aggregate"]["makespan_s"]
-    assert root["of_makespan"] == pytest.approx(root["own_s"] / makespan_s)
-    assert root["cpu_of_makespan"] == pytest.approx(root["own_cpu_s"] / makespan_s)
-    return root
+    assert report["root"]["measuring_s"] == 0.0  # --no-probe
+    return check_root_ledger(report["root"], report["aggregate"]["makespan_s"], gathers=2)
 
 
 def test_run_reports_rank_0s_steps_gathers_and_bytes_gathered_growing_with_ranks(s3_server, cube, tmp_path):
     two = _root(s3_server, 2, ["run", "--source", cube, "--grid", "auto"], tmp_path / "two.json")
     four = _root(s3_server, 4, ["run", "--source", cube, "--grid", "auto"], tmp_path / "four.json")
     for root in (two, four):
-        assert root["steps"] >= 1 and root["steps_s"] > 0  # at least the job's preparation
-        assert root["gathers"] == 2  # the ranks' records and their regions'
+        assert root["steps_s"] > 0  # at least the job's preparation; 2 gathers: the ranks' records and regions
     # Every rank's record and regions come to rank 0: twice the ranks, more bytes.
     assert four["bytes_gathered"] > two["bytes_gathered"] > 0
 
@@ -54,7 +46,7 @@ def test_prestage_reports_rank_0s_own_work(s3_server, cube, tmp_path):
     root = _root(s3_server, 2, ["prestage", "--source", cube, "--output-dir", tmp_path / "staged"],
                  tmp_path / "prestage.json")
     # prepare, the stage, its files, their completion: four steps; the regions and the ranks gathered
-    assert root["steps"] >= 4 and root["gathers"] == 2 and root["bytes_gathered"] > 0
+    assert root["steps"] >= 4
 
 
 class _LateOthers:

@@ -21,6 +21,7 @@ from ingest.config.settings import transport_options
 from ingest.driver.job import Job
 from ingest.driver.read import read_rank_regions
 from ingest.driver.mpi import all_agree_or_raise, quiet_barrier, root_step
+from ingest.driver.rootwork import gather_to_root
 from ingest.transports import open_transport
 
 
@@ -108,7 +109,7 @@ def measure_staging(comm, cfg: RunConfig, job: Job) -> dict:
     regions, record, error = read_rank_regions(comm, cfg, job, os.path.abspath(final_path), "posix", "staged",
                                                direct=cfg.stage_direct_io)
     all_agree_or_raise(comm, error)
-    records = comm.gather(record, root=0)
+    records = gather_to_root(comm, record)
     if rank != 0:
         return {"baseline": None, "records": None}
     read = reports.aggregate(records)

@@ -180,11 +180,14 @@ def stage(comm, cfg: RunConfig | Mapping | None = None, **options) -> dict | Non
 
     if not cfg.stage_dir:
         raise ConfigError("stage_dir: required for `stage` (a directory on the shared filesystem)")
+    start_ledger()
     root_step(comm, check_stage_with, cfg.stage_with, cfg.source)  # a bad tool fails before any data moves
     job = root_step_with_crew(comm, prepare_job, cfg, topology(comm), True)
     result = measure_staging(comm, cfg, job)
     if comm.Get_rank() != 0:
         return None
-    report = ReportFacts(cfg, job).build(result["records"], mode="staging", baseline=result["baseline"])
+    with building_report():
+        report = ReportFacts(cfg, job).build(result["records"], mode="staging", baseline=result["baseline"])
+    report["root"] = ledger().as_dict(report["aggregate"]["makespan_s"])
     publish_report(cfg, report)
     return report

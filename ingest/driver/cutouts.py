@@ -25,6 +25,7 @@ from ingest.driver.cutout_progress import Progress, Reporter
 from ingest.driver.cutout_rank import cut_rank
 from ingest.driver.cutout_sources import cube_sources
 from ingest.driver.mpi import all_agree_or_raise, root_step
+from ingest.driver.rootwork import building_report, gather_to_root, ledger, note_measuring, start_ledger
 from ingest.driver.source import ensure_lifetime, resolve_source
 from ingest.formats.reader import read_any_layout_timed
 from ingest.outputs import cutouts as outputs
@@ -85,6 +86,8 @@ def prepare(cfg: RunConfig, n_ranks: int) -> CutoutJob:
             largest = max(todo, key=lambda i: box_bytes(sources[i].box, layout.itemsize))
             settings = resolve_settings(cfg, transport, layout, box_selection(sources[largest].box, layout.shape),
                                         header=header)
+            if settings.probe is not None:  # measuring the link, not rank 0's own work (as `run`'s)
+                note_measuring(settings.probe.probe_s, 0.0)
     gap = gap_bytes(cfg, settings)
     axis, choice, parts = 0, "nothing to read", [(0, 0)] * n_ranks
     if todo:
@@ -108,6 +111,7 @@ def outputs_cube(layout, info) -> dict:
 def cutouts(comm, cfg: RunConfig) -> dict | None:
     """The whole job on every rank of `comm`; rank 0 returns the report, the others None."""
     rank, size = comm.Get_rank(), comm.Get_size()
+    start_ledger()
     t_start = MPI.Wtime()
     if rank != 0:
         # While rank 0 reads the header and the catalogue, the others load what they write with
@@ -130,16 +134,18 @@ def cutouts(comm, cfg: RunConfig) -> dict | None:
         bar.drain_until_done(size)
     all_agree_or_raise(comm, error)
     makespan_s = comm.reduce(MPI.Wtime() - t0, op=MPI.MAX, root=0)
-    gathered = comm.gather((entries, record), root=0)
+    gathered = gather_to_root(comm, (entries, record))
     if rank != 0:
         return None
     t_root = MPI.Wtime()
-    done = [e for es, _ in gathered for e in es]
-    report = _report(cfg, job, done, [r for _, r in gathered], makespan_s, prep_s)
-    manifest = {"schema": outputs.SCHEMA, "cube": outputs_cube(job.layout, job.info),
-                "sources": sorted(done + list(job.kept) + report["skipped"], key=lambda e: e["row"])}
-    report["manifest"] = sinks.write_manifest(cfg, manifest)
+    with building_report():  # the manifest too: rank 0 writes it for every rank
+        done = [e for es, _ in gathered for e in es]
+        report = _report(cfg, job, done, [r for _, r in gathered], makespan_s, prep_s)
+        manifest = {"schema": outputs.SCHEMA, "cube": outputs_cube(job.layout, job.info),
+                    "sources": sorted(done + list(job.kept) + report["skipped"], key=lambda e: e["row"])}
+        report["manifest"] = sinks.write_manifest(cfg, manifest)
     report["rank0_gather_s"] = MPI.Wtime() - t_root
+    report["root"] = ledger().as_dict(makespan_s)
     if cfg.report:
         write_report(cfg.report, report)
     print(outputs.summary_text(report), flush=True)

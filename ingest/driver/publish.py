@@ -32,6 +32,7 @@ import numpy as np
 from ingest.config import RunConfig
 from ingest.driver.commands import config_for
 from ingest.driver.mpi import RootStepFailed, all_agree_or_raise, root_step
+from ingest.driver.rootwork import building_report, gather_to_root, ledger, start_ledger
 from ingest.driver.publish_plan import Plan, make_plan, options_for_store
 from ingest.driver.publish_rounds import Holding, Rounds, failed_ranks
 from ingest.config.settings import retry_policy
@@ -135,6 +136,7 @@ def publish(comm, dest: str | None = None, regions=None, *, header=None, config:
 def _publish(comm, cfg: RunConfig, regions, header) -> dict:
     from mpi4py import MPI
 
+    start_ledger()
     t0 = MPI.Wtime()
     rank, size = comm.Get_rank(), comm.Get_size()
     if regions is None:
@@ -197,8 +199,8 @@ def _upload(comm, cfg: RunConfig, plan: Plan, holdings: dict, upload, t0: float,
             fate = comm.bcast(abandon() if rank == 0 else "", root=0)
             _raise_together(rank, stats.errors[0] + fate)
         failed_ranks(comm, False)  # every rank alive before rank 0 waits in a gather
-        records = comm.gather(stats.records, root=0)
-        everyone = comm.gather(stats.as_dict(), root=0)
+        records = gather_to_root(comm, stats.records)
+        everyone = gather_to_root(comm, stats.as_dict())
         outcome = root_step(comm, _complete, cfg, plan, upload, records)
     except BaseException as exc:
         if rank == 0 and not abandoned[0]:
@@ -215,7 +217,13 @@ def _upload(comm, cfg: RunConfig, plan: Plan, holdings: dict, upload, t0: float,
               "resumed": plan.resumed, "rank": rank, **stats.as_dict(),
               "memory_bound_bytes": _memory_bound(cfg, plan)}
     if rank == 0:
-        result["report"] = _report(cfg, plan, result, everyone, what)
+        with building_report():
+            report = result["report"] = _report(cfg, plan, result, everyone, what)
+        report["root"] = ledger().as_dict(result["elapsed_s"])
+        if cfg.report:
+            from ingest.outputs.report import write_report
+
+            write_report(cfg.report, report)
     return result
 
 
@@ -270,10 +278,6 @@ def _report(cfg: RunConfig, plan: Plan, result: dict, ranks: list, what: str) ->
           f"{result['elapsed_s']:.2f} s ({format_bytes(rate)}/s), ETag {result['etag']}", flush=True)
     for name, finding in result["integrity"].items():  # what was checked, and by whom (ingest.staging.integrity)
         print(f"  {name}: {finding}", flush=True)
-    if cfg.report:
-        from ingest.outputs.report import write_report
-
-        write_report(cfg.report, report)
     return report
 
 
