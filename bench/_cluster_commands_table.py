@@ -7,7 +7,7 @@ from bench import common
 COMMANDS = ("run", "s2p", "prestage", "publish", "cutouts")  # the order they run in: publish needs prestage's
 TARGETS = {"x_limit_max": 1.15, "root_cpu_of_makespan_max": 0.05, "measured_over_predicted": [0.8, 1.25]}
 HEADERS = ["command", "nodes", "ranks", "status", "makespan s", "wall s", "wire MiB", "requests", "limit s (binds)",
-           "x limit", "x carried limit", "predicted s (by)", "measured / predicted",
+           "x limit", "x carried limit", "predicted s (binds)", "measured / predicted",
            "rank 0 own s (of makespan); CPU s (of makespan)", "rank 0 waiting s", "steps + gathers; gathered KiB",
            "cutouts rank 0 prepare / gather s", "targets"]
 
@@ -51,8 +51,7 @@ def _row(r: dict, targets: dict) -> list:
         return [r["command"], r["nodes"], r["ranks"], "failed", "-", _num(r.get("wall_s"), "{:.1f}"),
                 *["-"] * (len(HEADERS) - 7), missed]
     status = r["status"] if r.get("exact") else f"{r['status']}: {r.get('check')}"
-    by = "plan" if (r.get("predicted_by") or "").startswith("ingest plan") else "report"
-    predicted = f"{r['predicted_s']:.3f} ({by})" if r.get("predicted_s") else "-"
+    predicted = f"{r['predicted_s']:.3f} ({r.get('predicted_binding') or '-'})" if r.get("predicted_s") else "-"
     cut_root = (f"{_num(r.get('rank0_prepare_s'))} / {_num(r.get('rank0_gather_s'))}" if r["command"] == "cutouts"
                 else "-")
     return [r["command"], r["nodes"], r["ranks"], status, _num(r["makespan_s"]), _num(r.get("wall_s"), "{:.1f}"),
@@ -76,6 +75,5 @@ def to_markdown(results: dict) -> str:
     lo, hi = targets["measured_over_predicted"]
     foot = (f"Targets: x limit <= {targets['x_limit_max']:g}; rank 0's own CPU <= "
             f"{targets['root_cpu_of_makespan_max']:.0%} of the makespan; measured / predicted in {lo:g}-{hi:g}. "
-            "Predicted by the report (run, s2p, prestage) or `ingest plan --catalogue` (cutouts); publish has "
-            "none. \"no ledger\": the command's report carries no `root` (ingest/driver/rootwork.py).")
+            "Predicted: the report's settings.prediction (publish has none). \"no ledger\": the command's report carries no `root` (ingest/driver/rootwork.py).")
     return "\n".join([head, "", common.markdown_table(HEADERS, [_row(r, targets) for r in cells]), "", foot])

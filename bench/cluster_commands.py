@@ -25,8 +25,7 @@ store (publish: its uploaded bytes into the store, whose ingress cluster.py caps
 rate, as bench/publish_cluster.py); the carried limit is ingest.study.summary.row_limit of what
 the links carried over the makespan's busiest stretch (publish: the upload's counters under the
 read's names, every cap being symmetric). The prediction is the report's settings.prediction
-(run, s2p, prestage); cutouts' report has none, so `ingest plan --catalogue --ranks N --nodes M`
-run on node 0 just before the cell prices the same job (publish: none). Rank 0's ledger is the
+(run, s2p, prestage before the read; cutouts priced from the ranks' plans; publish: none). Rank 0's ledger is the
 report's "root" (ingest/driver/rootwork.py), wherever the command's report carries one ("no
 ledger" in the table where it does not); cutouts' rank0_prepare_s and rank0_gather_s are kept
 beside it. Targets: makespan <= 1.15x the limit; rank 0's own CPU seconds <= 5% of the
@@ -69,7 +68,6 @@ from ingest.testbed.synth import write_cube
 
 NAME = "cluster_commands"
 RUN_TIMEOUT_S = 1200.0  # 64 ranks' start-up on this machine's 2 cores takes minutes, not seconds
-PLAN_TIMEOUT_S = 300.0
 CATALOGUE_SEED = 46
 # report["root"]'s fields a cell keeps (ingest/driver/rootwork.py), each as root_<field>
 ROOT_FIELDS = ("own_s", "own_cpu_s", "of_makespan", "cpu_of_makespan", "waiting_s", "gathers", "bytes_gathered",
@@ -102,11 +100,6 @@ def report_measures(command: str, report: dict) -> dict:
         agg = report["aggregate"]
         out = {"makespan_s": agg["makespan_s"], "makespan_field": "aggregate.makespan_s",
                "wire_bytes": agg["bytes_wire"], "requests": agg["requests"]}
-        prediction = (report.get("settings") or {}).get("prediction") or {}
-        if prediction.get("makespan_s"):
-            out.update(predicted_s=prediction["makespan_s"], predicted_binding=prediction.get("binding"),
-                       predicted_shared_source=prediction.get("shared_source"),
-                       predicted_by="report settings.prediction")
     elif command == "cutouts":
         totals = report["totals"]
         out = {"makespan_s": report["makespan_s"], "makespan_field": "makespan_s", "wire_bytes": totals["bytes_wire"],
@@ -121,6 +114,10 @@ def report_measures(command: str, report: dict) -> dict:
                "object_bytes": report["object_bytes"], "parts": report["parts"]}
     else:
         raise ValueError(f"command {command!r}: expected one of {', '.join(COMMANDS)}")
+    prediction = (report.get("settings") or {}).get("prediction") or {}
+    if prediction.get("makespan_s"):
+        out.update(predicted_s=prediction["makespan_s"], predicted_binding=prediction.get("binding"),
+                   predicted_shared_source=prediction.get("shared_source"), predicted_by="report settings.prediction")
     root = report.get("root")
     out["root_ledger"] = bool(root)
     if root:
@@ -203,25 +200,6 @@ def _tail(text) -> str:
     return text[-800:]
 
 
-def plan_prediction(s: Setting, ranks: int) -> dict:
-    """cutouts' prediction: `ingest plan --catalogue` on node 0 (the ranks' path to the store; the
-    link the earlier cells measured, from the shared link cache) prices the same split and bands
-    on the same ranks and nodes before any data moves."""
-    cmd = ["ip", "netns", "exec", s.cluster.nodes[0], sys.executable, "-m", "ingest", "plan", s.url,
-           "--catalogue", s.catalogue, "--size", wallaby_size_text(), "--ranks", str(ranks),
-           "--nodes", str(min(ranks, s.nodes)), "--json"]
-    try:
-        proc = subprocess.run(cmd, env=s.env, capture_output=True, text=True, timeout=PLAN_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL)
-        prediction = json.loads(proc.stdout)["catalogue"]["prediction"] if proc.returncode == 0 else None
-    except (subprocess.TimeoutExpired, ValueError, KeyError) as exc:
-        return {"plan_error": f"{type(exc).__name__}: {exc}"[-800:]}
-    if prediction is None:
-        return {"plan_error": _tail(proc.stderr)}
-    return {"predicted_s": prediction["makespan_s"], "predicted_binding": prediction.get("binding"),
-            "predicted_shared_source": prediction.get("shared_source"), "predicted_by": "ingest plan --catalogue"}
-
-
 def _exactness(s: Setting, command: str, report: dict, out_dir: str, key: str | None) -> str | None:
     if command in ("run", "s2p"):
         return check.check_run(report, s.cube_path)
@@ -244,8 +222,6 @@ def run_cell(s: Setting, command: str, ranks: int) -> dict:
     if command == "publish" and ranks not in s.staged:
         return {**row, "status": "failed", "stderr_tail": "no pre-stage of this rank count to publish (its prestage "
                                                           "cell failed)"}
-    if command == "cutouts":
-        row.update(plan_prediction(s, ranks))  # before the cell: a prediction made before the data moves
     argv = command_argv(command, url=s.url, shape=s.shape, out_dir=out_dir, report=report_path,
                         catalogue=s.catalogue, size=wallaby_size_text(), staged_dir=s.staged.get(ranks),
                         dest=f"s3://{s.cluster.spec.store.bucket}/{key}")
@@ -263,7 +239,7 @@ def run_cell(s: Setting, command: str, ranks: int) -> dict:
         with open(report_path) as fh:
             report = json.load(fh)
         row.update(report_measures(command, report))
-        if row.get("predicted_s"):  # the report's, or plan's for cutouts (made before the cell)
+        if row.get("predicted_s"):
             row["measured_over_predicted"] = row["makespan_s"] / row["predicted_s"]
         row.update(cell_limit(s.cluster.spec, command, row["wire_bytes"], ranks, s.nodes))
         row["x_limit"] = row["makespan_s"] / row["limit_s"]
@@ -339,7 +315,7 @@ def run(args) -> dict:
         raise SystemExit(f"--sources: {args.sources} must be at least 1")
     work_dir = tempfile.mkdtemp(prefix="ingest-bench-cluster-commands-")
     # The cells share one cache of measured links, as a centre's runs do (bench/cluster.py): a cell
-    # too small to probe is planned with what an earlier one measured; plan --catalogue reads it too.
+    # too small to probe is planned with what an earlier one measured.
     os.environ["INGEST_LINK_CACHE"] = os.path.join(work_dir, "links.json")
     rows, object_bytes = [], 0
     try:

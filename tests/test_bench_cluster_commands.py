@@ -73,9 +73,10 @@ def test_measures_are_read_by_each_reports_own_names():
     assert (run["predicted_s"], run["predicted_binding"]) == (4.0, "egress")
     assert run["root_bytes_gathered"] == 65536 and run["root_cpu_of_makespan"] == 0.02 and run["root_ledger"]
     cut = cc.report_measures("cutouts", {"makespan_s": 2.0, "rank0_prepare_s": 0.3, "rank0_gather_s": 0.01,
-                                         "totals": {"bytes_wire": 50, "requests": 3, "done": 20, "skipped": 0}})
+                                         "totals": {"bytes_wire": 50, "requests": 3, "done": 20, "skipped": 0},
+                                         "settings": {"prediction": {"makespan_s": 1.5, "binding": "link"}}})
     assert (cut["makespan_field"], cut["wire_bytes"], cut["root_ledger"]) == ("makespan_s", 50, False)
-    assert "predicted_s" not in cut  # cutouts' report has none: the bench asks `plan --catalogue`
+    assert (cut["predicted_s"], cut["predicted_binding"]) == (1.5, "link")
     pub = cc.report_measures("publish", {"elapsed_s": 3.0, "object_bytes": 90, "parts": 3, "ranks": [
         {"bytes_uploaded": 60, "parts_uploaded": 2}, {"bytes_uploaded": 30, "parts_uploaded": 1}]})
     assert (pub["makespan_s"], pub["wire_bytes"], pub["requests"]) == (3.0, 90, 3) and not pub["root_ledger"]
@@ -105,7 +106,7 @@ def test_table_one_row_per_cell_with_the_targets_each_missed():
           "root_of_makespan": 0.1, "root_own_cpu_s": 0.03, "root_cpu_of_makespan": 0.03, "root_waiting_s": 2.0,
           "root_steps": 3, "root_gathers": 2, "root_bytes_gathered": 4096}
     cut = {**ok, "command": "cutouts", "x_limit": 1.1, "root_ledger": False, "predicted_s": 2.0,
-           "predicted_by": "ingest plan --catalogue", "measured_over_predicted": 0.5, "rank0_prepare_s": 0.4,
+           "predicted_binding": "egress", "measured_over_predicted": 0.5, "rank0_prepare_s": 0.4,
            "rank0_gather_s": 0.02}
     bad = {**ok, "command": "s2p", "status": "inexact", "exact": False, "check": "voxel (1, 2, 3) differs"}
     failed = {"command": "publish", "nodes": 2, "ranks": 4, "status": "failed", "wall_s": 3.0, "stderr_tail": "boom"}
@@ -115,7 +116,7 @@ def test_table_one_row_per_cell_with_the_targets_each_missed():
     lines = [line for line in table.splitlines() if line.startswith("| ") and "command" not in line]
     assert [line.split(" | ")[0] for line in lines] == ["| run", "| s2p", "| publish", "| cutouts"]
     assert len({line.count(" | ") for line in lines}) == 1  # every row has every column
-    assert "inexact: voxel (1, 2, 3) differs" in table and "2.000 (plan)" in table and "no ledger" in table
+    assert "inexact: voxel (1, 2, 3) differs" in table and "2.000 (egress)" in table and "no ledger" in table
     assert "Partial" in table and "3 + 2; 4.0" in table
 
 

@@ -92,6 +92,9 @@ def test_bbox_cubelets_under_mpi_exact_manifest_and_resume(s3_server, cube, tmp_
     assert report["totals"]["done"] == 5 and report["totals"]["skipped"] == 1
     assert report["totals"]["requests"] > 0 and len(report["ranks"]) == 3
     check_root_ledger(report["root"], report["makespan_s"], gathers=1)  # rank 0 writes the manifest in report_s
+    # The model's makespan for the ranks' plans, with the term that binds it (as `run` reports it).
+    prediction = report["settings"]["prediction"]
+    assert prediction["makespan_s"] > 0 and prediction["binding"]
     # The report says how the ranks split the cube and how each read its stripe, and why.
     choice = report["plan"]["choice"]
     assert "ranks split along numpy axis" in choice and "rank 0: planes" in choice and "predicted" in choice

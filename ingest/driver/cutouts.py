@@ -15,17 +15,20 @@ from dataclasses import dataclass
 from mpi4py import MPI
 
 from ingest.config import RunConfig
-from ingest.config.settings import configured_settings, resolve_settings, retry_policy, transport_options, tunable
+from ingest.config.settings import configured_settings, retry_policy, transport_options, tunable
 from ingest.core.cutplan import box_bytes, box_selection
 from ingest.core.cutstripes import choose_split
+from ingest.core.sharing import RankLoad, predict_job
 from ingest.core.lattice import UNLIMITED_GAP
 from ingest.core.linkprobe import LATENCY_THREADS
 from ingest.driver import cutout_sinks as sinks
 from ingest.driver.cutout_progress import Progress, Reporter
 from ingest.driver.cutout_rank import cut_rank
 from ingest.driver.cutout_sources import cube_sources
-from ingest.driver.mpi import all_agree_or_raise, root_step
-from ingest.driver.rootwork import building_report, gather_to_root, ledger, note_measuring, start_ledger
+from ingest.driver.job import tune_for_job
+from ingest.driver.mpi import all_agree_or_raise, root_step, topology
+from ingest.driver.probe_rounds import root_step_with_crew
+from ingest.driver.rootwork import building_report, gather_to_root, ledger, start_ledger
 from ingest.driver.source import ensure_lifetime, resolve_source
 from ingest.formats.reader import read_any_layout_timed
 from ingest.outputs import cutouts as outputs
@@ -52,6 +55,7 @@ class CutoutJob:
     max_gap_bytes: int
     split_axis: int  # numpy axis the ranks' stripes are cut along
     plan_choice: str  # the split over ranks, and why, in words (each rank adds its bands')
+    topology: object = None  # the ranks' nodes and machines, which the prediction prices
 
     @property
     def ext(self) -> str:
@@ -68,8 +72,9 @@ def gap_bytes(cfg: RunConfig, settings) -> int:
                                                                                   settings.cost.gap_bytes)
 
 
-def prepare(cfg: RunConfig, n_ranks: int) -> CutoutJob:
-    """Rank 0: header, catalogue, boxes, what is already done, and the split over ranks."""
+def prepare(cfg: RunConfig, topology, crew=None) -> CutoutJob:
+    """Rank 0: header, catalogue, boxes, what is already done, the link (and, with `crew`, what
+    the ranks share: as `run` measures it), and the split over ranks."""
     sinks.check_outputs(cfg)
     method, read_source, signer_args = resolve_source(cfg)
     if method == "presigned":
@@ -84,11 +89,10 @@ def prepare(cfg: RunConfig, n_ranks: int) -> CutoutJob:
         settings = configured_settings(cfg)
         if todo and tunable(cfg, layout):
             largest = max(todo, key=lambda i: box_bytes(sources[i].box, layout.itemsize))
-            settings = resolve_settings(cfg, transport, layout, box_selection(sources[largest].box, layout.shape),
-                                        header=header)
-            if settings.probe is not None:  # measuring the link, not rank 0's own work (as `run`'s)
-                note_measuring(settings.probe.probe_s, 0.0)
+            settings, _ = tune_for_job(cfg, transport, layout, header, topology, crew, read_source, method,
+                                       sel=box_selection(sources[largest].box, layout.shape))
     gap = gap_bytes(cfg, settings)
+    n_ranks = topology.n_ranks
     axis, choice, parts = 0, "nothing to read", [(0, 0)] * n_ranks
     if todo:
         axis, order, parts, choice = choose_split(layout, [sources[i].box for i in todo], n_ranks, max_gap_bytes=gap,
@@ -99,7 +103,7 @@ def prepare(cfg: RunConfig, n_ranks: int) -> CutoutJob:
     if method == "presigned":
         read_source = ensure_lifetime(read_source, signer_args, 3600.0, cfg)
     return CutoutJob(read_source, method, layout, info, signer_args, settings, tuple(sources), tuple(todo),
-                     assignment, tuple(kept.values()), gap, axis, choice)
+                     assignment, tuple(kept.values()), gap, axis, choice, topology)
 
 
 def outputs_cube(layout, info) -> dict:
@@ -117,7 +121,7 @@ def cutouts(comm, cfg: RunConfig) -> dict | None:
         # While rank 0 reads the header and the catalogue, the others load what they write with
         # (astropy's FITS cards: seconds of imports), on cores rank 0 leaves idle.
         import ingest.outputs.cutout_headers  # noqa: F401
-    job = root_step(comm, prepare, cfg, size)
+    job = root_step_with_crew(comm, prepare, cfg, topology(comm))
     prep_s = MPI.Wtime() - t_start
     bar = Progress(cfg, comm, len(job.todo)) if rank == 0 else None
     reporter = Reporter(comm) if rank != 0 else None
@@ -162,7 +166,8 @@ def _report(cfg, job: CutoutJob, done, records, makespan_s: float, prep_s: float
         "makespan_s": makespan_s, "rank0_prepare_s": prep_s,
         "settings": {"threads": job.settings.threads, "chunk_bytes": job.settings.chunk_bytes,
                      "max_gap_bytes": job.max_gap_bytes, "band_budget_bytes": cfg.cutout_batch_bytes,
-                     "memory_bound_bytes": max((r["memory_bound_bytes"] for r in records), default=0)},
+                     "memory_bound_bytes": max((r["memory_bound_bytes"] for r in records), default=0),
+                     "prediction": _prediction(job, records)},
         "plan": {"choice": _choice(job, records), "split_axis": job.split_axis,
                  "bands": sum(len(r.get("bands", ())) for r in records),
                  "modes": {m: sum(1 for r in records for b in r.get("bands", ()) if b["mode"] == m)
@@ -175,6 +180,17 @@ def _report(cfg, job: CutoutJob, done, records, makespan_s: float, prep_s: float
         "clipped": sum(1 for s in job.sources if s.box is not None and s.clipped),
         "skipped": skipped, "ranks": records,
     }
+
+
+def _prediction(job: CutoutJob, records) -> dict | None:
+    """The cost model's makespan for the plans the ranks made before they read (their bands'
+    requests and wire bytes), on the link and shared pipes rank 0 measured: priced on rank 0 after
+    the read, from nothing the read measured, so that rank 0 need not plan every rank's stripe."""
+    if job.topology is None or not any(r.get("bands") for r in records):
+        return None
+    loads = [RankLoad(sum(b["requests"] for b in r.get("bands", ())), sum(b["bytes_wire"] for b in r.get("bands", ())),
+                      job.settings.threads) for r in sorted(records, key=lambda r: r["rank"])]
+    return predict_job(job.settings.alone, job.settings.shared, job.topology, loads).as_dict()
 
 
 def _choice(job: CutoutJob, records) -> str:

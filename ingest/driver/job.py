@@ -199,12 +199,13 @@ def largest_selection(cfg: RunConfig, settings: Settings, layout: Layout, n_rank
     return normalize(box_to_region(largest), layout.shape)
 
 
-def _tune_for_job(cfg: RunConfig, transport: Transport, layout: Layout, header, topology: Topology, crew,
-                  read_source: str, method: str) -> tuple[Settings, tuple]:
-    """Rank 0: probe its link and tune for the largest region a first split gives (the grid
-    depends on the link too); then, with other ranks at hand, measure what they share when they
-    read at once and tune again for that. (settings, the shared rounds)."""
-    sel = largest_selection(cfg, configured_settings(cfg), layout, topology.n_ranks)
+def tune_for_job(cfg: RunConfig, transport: Transport, layout: Layout, header, topology: Topology, crew,
+                 read_source: str, method: str, sel=None) -> tuple[Settings, tuple]:
+    """Rank 0: probe its link and tune for `sel`, by default the largest region a first split
+    gives (the grid depends on the link too); then, with other ranks at hand, measure what they
+    share when they read at once and tune again for that. (settings, the shared rounds)."""
+    if sel is None:
+        sel = largest_selection(cfg, configured_settings(cfg), layout, topology.n_ranks)
     settings = resolve_settings(cfg, transport, layout, sel, header=header, topology=topology)
     if settings.probe is not None:  # measuring the link, not rank 0's own work (ingest.driver.rootwork)
         # Its CPU is not known apart from the tuning around it, so stays charged to rank 0's own.
@@ -267,7 +268,7 @@ def prepare_job(cfg: RunConfig, topology: Topology, staging: bool = False, rank_
         store = learn_store_facts(transport, past_end=cfg.probe).as_dict() if transport.name != "posix" else None
         rounds = ()
         if not tiled and tunable(cfg, layout):
-            settings, rounds = _tune_for_job(cfg, transport, layout, header, topology, crew, read_source, method)
+            settings, rounds = tune_for_job(cfg, transport, layout, header, topology, crew, read_source, method)
     if tiled:
         if staging or not rank_outputs:
             raise ConfigError(f"source: {transport.display_name} is a tile index ({len(layout.tiles)} objects); "
