@@ -66,14 +66,14 @@ def to_markdown(results: dict) -> str:
     order = {c: i for i, c in enumerate(COMMANDS)}
     cells = sorted(results["cells"], key=lambda r: (r["nodes"], r["ranks"], order.get(r["command"], len(order))))
     s = results["spec"]
-    head = (f"### Every command on the emulated cluster ({results['object_bytes'] / common.MiB:.1f} MiB cube "
-            f"{'x'.join(map(str, results['cube_shape']))}, {results.get('sources')} cut-out sources; node NIC "
-            f"{s['nic_bytes_per_s'] / 1e6:g} MB/s, store {s['store_egress_bytes_per_s'] / 1e6:g} MB/s each way "
-            f"+{s['store_latency_s'] * 1e3:g} ms)")
-    if not results.get("complete", True):
-        head += "\n\nPartial: the run was stopped; these are the cells it finished."
+    head = common.cluster_heading(
+        "Every command on the emulated cluster", results,
+        f"{'x'.join(map(str, results['cube_shape']))}, {results.get('sources')} cut-out sources; node NIC "
+        f"{s['nic_bytes_per_s'] / 1e6:g} MB/s, store {s['store_egress_bytes_per_s'] / 1e6:g} MB/s each way "
+        f"+{s['store_latency_s'] * 1e3:g} ms")
     lo, hi = targets["measured_over_predicted"]
     foot = (f"Targets: x limit <= {targets['x_limit_max']:g}; rank 0's own CPU <= "
             f"{targets['root_cpu_of_makespan_max']:.0%} of the makespan; measured / predicted in {lo:g}-{hi:g}. "
-            "Predicted: the report's settings.prediction (publish has none). \"no ledger\": the command's report carries no `root` (ingest/driver/rootwork.py).")
+            "Predicted: the report's settings.prediction (publish has none). \"no ledger\": the command's report "
+            "carries no `root` (ingest/driver/rootwork.py).")
     return "\n".join([head, "", common.markdown_table(HEADERS, [_row(r, targets) for r in cells]), "", foot])

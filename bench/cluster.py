@@ -336,12 +336,10 @@ def to_markdown(results: dict) -> str:
                      r0["limit_binding"],
                      f"{r0['bottleneck']} (cpu {med((r['cpu_busy'] or 0) for r in ok):.0%})"])
     s = results["spec"]
-    head = (f"### Emulated cluster: makespan / physical limit ({results['object_bytes'] / common.MiB:.0f} MiB cube; "
-            f"node NIC {s['nic_bytes_per_s'] / 1e6:g} MB/s, store egress {s['store_egress_bytes_per_s'] / 1e6:g} MB/s "
-            f"+{s['store_latency_s'] * 1e3:g} ms, shared fs {s['fs_bytes_per_s'] / 1e6:g} MB/s "
-            f"+{s['fs_latency_s'] * 1e3:g} ms)")
-    if not results.get("complete", True):
-        head += "\n\nPartial: the run was stopped; these are the cells it finished."
+    head = common.cluster_heading(
+        "Emulated cluster: makespan / physical limit", results,
+        f"node NIC {s['nic_bytes_per_s'] / 1e6:g} MB/s, store egress {s['store_egress_bytes_per_s'] / 1e6:g} MB/s "
+        f"+{s['store_latency_s'] * 1e3:g} ms, shared fs {s['fs_bytes_per_s'] / 1e6:g} MB/s +{s['fs_latency_s'] * 1e3:g} ms")
     return "\n".join([head, "", common.markdown_table(
         ["workload", "method", "nodes", "ranks", "makespan s", "predicted s", "measured / predicted", "model binds",
          "pipes' limit s", "client CPU floor s", "x limit", "x carried limit", "wire MiB", "needed MiB",
@@ -351,16 +349,7 @@ def to_markdown(results: dict) -> str:
 
 def main(argv=None) -> int:
     unwind_on_signals()  # killed, it still tears its cluster down (ingest.testbed.signals)
-    args = build_parser().parse_args(argv)
-    if args.summarize:
-        with open(args.summarize) as fh:
-            print(to_markdown(json.load(fh)))
-        return 0
-    results = run(args)
-    path = common.write_results(NAME, results, args.results_dir)
-    print(to_markdown(results))
-    print(f"\nwrote {path}")
-    return 0
+    return common.summarize_or_run(build_parser().parse_args(argv), NAME, run, to_markdown)
 
 
 if __name__ == "__main__":

@@ -351,17 +351,9 @@ def run(args) -> dict:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.summarize:
-        with open(args.summarize) as fh:
-            print(to_markdown(json.load(fh)))
-        return 0
-    unwind_on_signals()  # killed, it still tears its cluster down (ingest.testbed.signals)
-    results = run(args)
-    path = common.write_results(NAME, results, args.results_dir)
-    print(to_markdown(results))
-    print(f"\nwrote {path}")
-    return 0
+    # killed, a run still tears its cluster down (ingest.testbed.signals); a summary starts none
+    return common.summarize_or_run(build_parser().parse_args(argv), NAME, run, to_markdown,
+                                   before_run=unwind_on_signals)
 
 
 if __name__ == "__main__":
