@@ -5,6 +5,7 @@ separate size-1 worlds, and a job "succeeds" with every rank doing all the work 
 broken setup (packages, daemons, PMIx) FAILS here; it never skips.
 """
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -133,14 +134,20 @@ def test_prestage_sofia_sbatch_hands_every_region_to_sofia(slurm, s3_server, tmp
 
 @pytest.mark.slurm
 def test_study_sbatch_runs_the_local_study_as_srun_steps(slurm, tmp_path):
-    """jobs/study.sbatch with configs/study-local.toml: the study (its own local S3 server and
-    cube) runs every cell as an srun step of the one allocation and ends with STUDY.md."""
+    """jobs/study.sbatch with configs/study-local.toml (one round): the study (its own local S3
+    server and cube) runs every cell as an srun step of the one allocation and ends with STUDY.md."""
     from ingest.study import db
     from ingest.study.config import load_config
     from ingest.study.matrix import build_cells, default_boxes, schedule
     from ingest.study.setting import staging_tools
 
-    config, out = REPO / "configs" / "study-local.toml", tmp_path / "study"
+    # The shipped config once through (repeats = 1, not 2): the test is of the batch script running
+    # the study's cells as srun steps, which one round shows; a second round took 2.5 minutes more.
+    shipped = (REPO / "configs" / "study-local.toml").read_text()
+    once = re.sub(r"(?m)^repeats = 2\b", "repeats = 1", shipped)
+    assert once != shipped, "configs/study-local.toml no longer sets repeats = 2: update this test"
+    config, out = tmp_path / "study-local-once.toml", tmp_path / "study"
+    config.write_text(once)
     env = {**slurm.env, "STUDY_CONFIG": str(config), "STUDY_OUT": str(out), "PYTHONPATH": str(REPO)}
     env = {k: v for k, v in env.items() if not k.startswith("AWS_")}  # the study starts its own store
     out_file = tmp_path / "job.out"
