@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ingest.core.cost import CostModel
-from ingest.core.cutplan import (box_bytes, box_runs, box_spans, first_byte, gather_box, merge_runs, plan_spans,
-                                 source_order, split_axis, split_by_bytes)
+from ingest.core.cutplan import (box_bytes, box_runs, box_selection, box_spans, first_byte, gather_box, merge_runs,
+                                 plan_spans, rank_share_box, source_order, split_axis, split_by_bytes)
 from ingest.core.cutstripes import band_cutouts, carry_over, choose_split, plan_stripe, split_by_stripes, stripe_box
 from ingest.formats.fits import FitsLayout
 
@@ -243,3 +243,16 @@ def test_split_by_stripes_is_contiguous_complete_and_no_worse_than_an_equal_shar
 
     by_bytes = split_by_bytes([box_bytes(boxes[i], 4) for i in order], n_ranks)
     assert largest(parts) <= largest(by_bytes) * (1 + 1e-6) + 1
+
+
+@given(_cube_and_boxes(), st.integers(1, 12))
+def test_a_ranks_share_of_the_boxes_lies_in_their_bounding_box_and_n_shares_cover_its_planes(case, n_ranks):
+    shape, boxes, _, _ = case
+    share = rank_share_box(boxes, n_ranks)
+    box_selection(share, shape)  # a box of the cube: a selection the tuner can take
+    lo = [min(b[d][0] for b in boxes) for d in range(len(shape))]
+    hi = [max(b[d][1] for b in boxes) for d in range(len(shape))]
+    assert all(lo[d] <= a < b <= hi[d] for d, (a, b) in enumerate(share))
+    assert list(share[1:]) == list(zip(lo[1:], hi[1:]))  # whole along every axis but the planes'
+    planes = share[0][1] - share[0][0]
+    assert planes * n_ranks >= hi[0] - lo[0] > (planes - 1) * n_ranks  # n shares just cover the planes

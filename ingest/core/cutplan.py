@@ -38,6 +38,19 @@ def box_selection(box: Box, shape: tuple[int, ...]) -> Selection:
     return Selection(tuple(a for a, _ in box), tuple(b - a for a, b in box), (1,) * len(box), (False,) * len(box))
 
 
+def rank_share_box(boxes, n_ranks: int) -> Box:
+    """Roughly what one of `n_ranks` ranks reads of these boxes: their bounding box with its
+    planes (numpy axis 0) split n ways. What a cut-out job is tuned and its shared rounds sized
+    for: one cut-out's box is a fraction of a rank's read, and rounds that short see a pipe's
+    burst, not its rate."""
+    if not boxes or n_ranks < 1:
+        raise ValueError(f"rank_share_box: {len(boxes)} box(es), {n_ranks} rank(s): need at least one of each")
+    lo = [min(box[d][0] for box in boxes) for d in range(len(boxes[0]))]
+    hi = [max(box[d][1] for box in boxes) for d in range(len(boxes[0]))]
+    planes = -(-(hi[0] - lo[0]) // n_ranks)
+    return ((lo[0], lo[0] + planes),) + tuple(zip(lo[1:], hi[1:]))
+
+
 def run_offsets(lat: Lattice) -> np.ndarray:
     """Object offsets of a lattice's runs, in C order of its outer axes (int64)."""
     offsets = np.array([lat.base], dtype=np.int64)

@@ -16,7 +16,7 @@ from mpi4py import MPI
 
 from ingest.config import RunConfig
 from ingest.config.settings import configured_settings, retry_policy, transport_options, tunable
-from ingest.core.cutplan import box_bytes, box_selection
+from ingest.core.cutplan import box_selection, rank_share_box
 from ingest.core.cutstripes import choose_split
 from ingest.core.sharing import RankLoad, predict_job
 from ingest.core.lattice import UNLIMITED_GAP
@@ -88,9 +88,9 @@ def prepare(cfg: RunConfig, topology, crew=None) -> CutoutJob:
         todo = [i for i, s in enumerate(sources) if s.box is not None and s.file_stem + ext not in kept]
         settings = configured_settings(cfg)
         if todo and tunable(cfg, layout):
-            largest = max(todo, key=lambda i: box_bytes(sources[i].box, layout.itemsize))
+            share = rank_share_box([sources[i].box for i in todo], topology.n_ranks)
             settings, _ = tune_for_job(cfg, transport, layout, header, topology, crew, read_source, method,
-                                       sel=box_selection(sources[largest].box, layout.shape))
+                                       sel=box_selection(share, layout.shape))
     gap = gap_bytes(cfg, settings)
     n_ranks = topology.n_ranks
     axis, choice, parts = 0, "nothing to read", [(0, 0)] * n_ranks
