@@ -136,7 +136,7 @@ class Crew:
     def run_round(self, order: RoundOrder) -> SharedRound | None:
         """Run one round on every rank; None when a participant failed (the job does not need it)."""
         _order(self.comm, order)
-        results = [r for r in self.comm.gather(_take_part(self.comm, order), root=0) if r is not None]
+        results = [r for r in _hand_in(self.comm, _take_part(self.comm, order)) if r is not None]
         if not results or any("error" in r for r in results):
             return None
         hosts = {r["host"]: r["cores"] for r in results}
@@ -160,10 +160,18 @@ def _order(comm, order=None):
     return comm.bcast(order, root=0)
 
 
+def _hand_in(comm, part):
+    """Every rank's part of a round, gathered on rank 0 once the last rank has read: a rank done
+    early waits asleep (quiet_barrier), not spinning in the gather (Open MPI busy-polls) on a core
+    that a rank still reading needs where ranks outnumber cores."""
+    quiet_barrier(comm)
+    return comm.gather(part, root=0)
+
+
 def serve(comm) -> None:
     """Every rank but 0: take part in rank 0's rounds until it says it is done."""
     while (order := _order(comm)) != _DONE:
-        comm.gather(_take_part(comm, order), root=0)
+        _hand_in(comm, _take_part(comm, order))
 
 
 def root_step_with_crew(comm, fn, *args, **kwargs):
