@@ -378,13 +378,15 @@ def test_streams_read_again_when_they_measure_between_shared_and_adding_up():
     once (one stream and the pair), and the faster of each counts. On a link the streams share,
     one measure is enough."""
     layout, blob = cube_blob(64)
-    capped = SlowedOnce(blob, 100e6)
-    # 40 ms reads: milliseconds of scheduling jitter cannot move a measure across 1.15x or 1.5x
+    capped = SlowedOnce(blob, 20e6)
+    # 210 ms reads: the tens of milliseconds a sleep oversleeps with 10 busy processes on the 2
+    # cores cannot move a measure across 1.15x or 1.5x (40 ms reads at 100 MB/s measured the slowed
+    # pair past 1.5x at load 10, and nothing was measured again)
     probe = LinkProber(capped, layout.data_offset, layout.data_bytes, large_bytes=4 * MiB).run_all()
     assert capped.large_reads == 6 and probe.scaling > 1.5  # the slowed pair measured ~1.33x; then 1 + 2 again
     assert streams_add_up(probe)
     shared = SerialTransport(blob, 0.001)
-    shared.bytes_per_s = 100e6  # one transfer at a time: a second stream adds nothing
+    shared.bytes_per_s = 20e6  # one transfer at a time: a second stream adds nothing
     probe = LinkProber(shared, layout.data_offset, layout.data_bytes, large_bytes=4 * MiB).run_all()
     assert probe.scaling < SHARED_SCALING_MAX and not streams_add_up(probe)
     assert probe.probe_bytes == 3 * 4 * MiB + (2 + 2 * LATENCY_THREADS) * 4096  # no second measure
@@ -485,7 +487,14 @@ def test_overlap_the_plan_leans_on_is_measured_even_past_the_budget():
     # It leans on overlap, by more than the round costs were latencies not to overlap in the
     # round either: 2 in a row, then 2 waves of 4 (urllib3's wave) one at a time.
     assert assumed.threads > 1 and stake > (2 + 2 * LATENCY_THREADS) * 0.002
-    tuning, probe = tune_read(SerialTransport(blob, 0.002), layout, sel, fast, header=header)
+    # The link is memory, as fast as a copy: about one stream round in five (quiet or at load 10)
+    # reads into cold pages at ~120 MB/s, and priced at that the plan leans on overlap by less than
+    # the round costs, which rightly skips it. The rule is of a link measured fast: take such a run.
+    for _ in range(8):
+        tuning, probe = tune_read(SerialTransport(blob, 0.002), layout, sel, fast, header=header)
+        if probe.stream_bandwidth_bytes_per_s >= 300e6:
+            break
+    assert probe.stream_bandwidth_bytes_per_s >= 300e6, "8 stream rounds all measured a copy under 300 MB/s"
     # A serial link overlaps nothing (1.0) where 4 threads at once would give 4; scheduling on a
     # loaded machine stretches single waits (1.51 seen at load 16), so the bound sits halfway.
     assert "latency" in probe.measured and probe.latency_concurrency < 2.5
