@@ -55,7 +55,7 @@ class CutoutJob:
     max_gap_bytes: int
     split_axis: int  # numpy axis the ranks' stripes are cut along
     plan_choice: str  # the split over ranks, and why, in words (each rank adds its bands')
-    topology: object = None  # the ranks' nodes and machines, which the prediction prices
+    topology: object  # the ranks' nodes and machines, which the prediction prices
 
     @property
     def ext(self) -> str:
@@ -186,7 +186,7 @@ def _prediction(job: CutoutJob, records) -> dict | None:
     """The cost model's makespan for the plans the ranks made before they read (their bands'
     requests and wire bytes), on the link and shared pipes rank 0 measured: priced on rank 0 after
     the read, from nothing the read measured, so that rank 0 need not plan every rank's stripe."""
-    if job.topology is None or not any(r.get("bands") for r in records):
+    if not any(r.get("bands") for r in records):  # nothing left to cut: no plan to price
         return None
     loads = [RankLoad(sum(b["requests"] for b in r.get("bands", ())), sum(b["bytes_wire"] for b in r.get("bands", ())),
                       job.settings.threads) for r in sorted(records, key=lambda r: r["rank"])]
