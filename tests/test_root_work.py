@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from ingest.driver.mpi import root_step
+from ingest.driver.mpi import QUIET_POLL_MAX_S, QUIET_POLL_MIN_S, quiet_barrier, quiet_poll_s, root_step
 from ingest.driver.rootwork import ledger, start_ledger
 from ingest.testbed.synth import write_cube
 from tests.mpitools import check_root_ledger, child_env, mpiexec
@@ -63,7 +63,13 @@ class _LateOthers:
 
     def Ibarrier(self):
         arrives = time.perf_counter() + self.late_s
-        return type("Request", (), {"Test": lambda _self: time.perf_counter() >= arrives})()
+        self.looks = 0
+
+        def test(_self):
+            self.looks += 1
+            return time.perf_counter() >= arrives
+
+        return type("Request", (), {"Test": test})()
 
     def bcast(self, obj, root=0):
         return obj
@@ -79,3 +85,19 @@ def test_a_step_charges_rank_0_its_work_not_its_wait_for_late_ranks():
     assert root["waiting_s"] >= 0.3
     assert 0.05 <= root["steps_s"] < 0.25 and root["own_s"] == root["steps_s"]
     assert root["steps_cpu_s"] < root["steps_s"]  # a sleep costs no CPU
+
+
+def test_a_waiting_rank_looks_less_often_the_longer_it_waits():
+    # 63 ranks waiting on 2 cores for rank 0 looked 2,000 times a second each at a fixed 0.5 ms,
+    # and their MPI_Tests took the cores rank 0 needed. The sleep grows with the wait (10 %),
+    # between 0.5 ms and 20 ms: a short barrier stays short, a long wait costs little.
+    assert quiet_poll_s(0.0) == QUIET_POLL_MIN_S
+    assert quiet_poll_s(0.05) == pytest.approx(0.005)
+    assert quiet_poll_s(60.0) == QUIET_POLL_MAX_S
+    comm = _LateOthers(late_s=0.5)
+    t0 = time.perf_counter()
+    quiet_barrier(comm)
+    assert time.perf_counter() - t0 >= 0.5
+    # 10 looks to 5 ms, ~39 while the sleep grows 10 % a look to 20 ms, 15 after: ~64 (a loaded
+    # machine oversleeps, so looks fewer); at a fixed 0.5 ms it was up to 1,000.
+    assert comm.looks <= 100, comm.looks
