@@ -97,7 +97,7 @@ def measure_staging(comm, cfg: RunConfig, job: Job) -> dict:
         if rank == 0:
             staging.abort(tmp_path)
         raise
-    comm.Barrier()  # the copy is only done when the last share is
+    quiet_barrier(comm)  # the copy is only done when the last share is (waited for asleep)
     stage_s = MPI.Wtime() - t0
     root_step(comm, staging.finalize, tmp_path, final_path)
     try:
