@@ -71,8 +71,7 @@ def topology(comm) -> Topology:
     from mpi4py import MPI
 
     here = (MPI.Get_processor_name(), (_machine_id(), cpus()))
-    quiet_barrier(comm)  # ranks start seconds apart at scale: the first wait here for the last
-    hosts, machines = zip(*comm.allgather(here))
+    hosts, machines = zip(*quiet_allgather(comm, here))  # ranks start seconds apart at scale
     return Topology.of_hosts(hosts, machines)
 
 
@@ -123,10 +122,10 @@ def root_step(comm, fn, *args, **kwargs):
 
 
 # How often a rank waiting in quiet_barrier looks again: after a wait of w seconds, in
-# QUIET_POLL_FRACTION x w, at least QUIET_POLL_MIN_S and at most QUIET_POLL_MAX_S. A fixed 0.5 ms
-# was 2,000 wake-ups (each an MPI_Test that polls the sockets) a second per rank: 64 ranks waiting
-# on 2 cores for rank 0's probe spent both cores on them, and starved the rank they waited for.
-# Backing off, a wait ends at most 10 % (and 20 ms) late, and a long one costs 50 wake-ups a second.
+# QUIET_POLL_FRACTION x w, at least QUIET_POLL_MIN_S and at most QUIET_POLL_MAX_S. Each look is an
+# MPI_Test that polls the sockets, so looks at a fixed short interval by many waiting ranks take
+# the cores the awaited rank needs; backing off, a wait ends at most 10 % (and 20 ms) late, and a
+# long one costs 50 looks a second.
 QUIET_POLL_MIN_S = 0.0005
 QUIET_POLL_MAX_S = 0.02
 QUIET_POLL_FRACTION = 0.1
@@ -147,11 +146,17 @@ def quiet_barrier(comm) -> None:
         time.sleep(quiet_poll_s(time.monotonic() - start_s))
 
 
+def quiet_allgather(comm, obj) -> list:
+    """comm.allgather(obj) for ranks that arrive at different times: the early ones wait for the
+    last in quiet_barrier, not in Open MPI's allgather, which spins."""
+    quiet_barrier(comm)
+    return comm.allgather(obj)
+
+
 def all_agree_or_raise(comm, error: BaseException | None) -> None:
     """Collective: if any rank failed, raise on every rank (naming the first failed rank). Ranks
     wait for the last one quietly (quiet_barrier)."""
-    quiet_barrier(comm)
-    messages = comm.allgather(None if error is None else f"{type(error).__name__}: {error}")
+    messages = quiet_allgather(comm, None if error is None else f"{type(error).__name__}: {error}")
     failed = [(r, m) for r, m in enumerate(messages) if m is not None]
     if not failed:
         return

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from ingest.config import RunConfig
 from ingest.config.settings import retry_policy, transport_options
 from ingest.driver.job import Job, assign, plan_box, prepare_job
-from ingest.driver.mpi import all_agree_or_raise, quiet_barrier, root_step, topology
+from ingest.driver.mpi import all_agree_or_raise, quiet_allgather, root_step, topology
 from ingest.driver.probe_rounds import root_step_with_crew
 from ingest.driver.rootwork import building_report, gather_to_root, ledger, start_ledger
 from ingest.driver.read import read_rank_regions
@@ -180,9 +180,7 @@ def _region_crc(cube: Cube, index: int, out, path: str) -> str:
 
 def _to_do(comm, cfg: RunConfig, stage: Stage, job: Job):
     """Collective: verify completed regions; return (regions to read, regions to redo)."""
-    mine = _verify(stage, comm.Get_rank())
-    quiet_barrier(comm)  # ranks verify different amounts: the first done waits asleep, not in a spinning allgather
-    bad = sorted(i for found in comm.allgather(mine) for i in found)
+    bad = sorted(i for mine in quiet_allgather(comm, _verify(stage, comm.Get_rank())) for i in mine)
     done = set(manifests.done_regions(stage.manifest)) - set(bad)
     return [i for i in range(len(job.regions)) if i not in done], bad
 
@@ -400,10 +398,8 @@ def prestage(comm, cfg: RunConfig) -> dict | None:
             comm.send(None, dest=0, tag=_TAG)  # this rank is finished (or failed): the listener stops counting it
         elif size > 1:
             listener.thread.join()
-    # Every rank learns whether any failed before rank 0 publishes (a collective all must reach);
-    # the ranks that finished reading first wait for the last asleep (Open MPI's allgather spins).
-    quiet_barrier(comm)
-    partial = None if any(comm.allgather(error is not None)) else root_step(comm, _publish_complete, cfg, stage,
+    # Every rank learns whether any failed before rank 0 publishes (a collective all must reach).
+    partial = None if any(quiet_allgather(comm, error is not None)) else root_step(comm, _publish_complete, cfg, stage,
                                                                            manifest)
     all_agree_or_raise(comm, error)
     region_records = gather_to_root(comm, _merge_regions(per_cube_regions, set(bad)))
