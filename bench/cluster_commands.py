@@ -111,7 +111,10 @@ def report_measures(command: str, report: dict) -> dict:
         out = {"makespan_s": report["elapsed_s"], "makespan_field": "elapsed_s",
                "wire_bytes": sum(r["bytes_uploaded"] for r in ranks),
                "requests": sum(r["parts_uploaded"] for r in ranks),
-               "object_bytes": report["object_bytes"], "parts": report["parts"]}
+               "object_bytes": report["object_bytes"], "parts": report["parts"],
+               # What the store's ingress carried beyond the object: parts sent again after a failed
+               # attempt (a timeout, a reset), and throttled attempts (their bodies may not have gone).
+               "upload_failures": report["upload_failures"]}
     else:
         raise ValueError(f"command {command!r}: expected one of {', '.join(COMMANDS)}")
     prediction = (report.get("settings") or {}).get("prediction") or {}

@@ -77,10 +77,14 @@ def test_measures_are_read_by_each_reports_own_names():
                                          "settings": {"prediction": {"makespan_s": 1.5, "binding": "link"}}})
     assert (cut["makespan_field"], cut["wire_bytes"], cut["root_ledger"]) == ("makespan_s", 50, False)
     assert (cut["predicted_s"], cut["predicted_binding"]) == (1.5, "link")
+    failures = {"failed_attempts": 1, "failed_bytes": 30, "kinds": {"upload_timeout": 1}, "throttled": 1}
     pub = cc.report_measures("publish", {"elapsed_s": 3.0, "object_bytes": 90, "parts": 3, "ranks": [
-        {"bytes_uploaded": 60, "parts_uploaded": 2}, {"bytes_uploaded": 30, "parts_uploaded": 1}]})
+        {"bytes_uploaded": 60, "parts_uploaded": 2}, {"bytes_uploaded": 30, "parts_uploaded": 1}],
+        "upload_failures": failures})
     assert (pub["makespan_s"], pub["wire_bytes"], pub["requests"]) == (3.0, 90, 3) and not pub["root_ledger"]
+    assert pub["upload_failures"] == failures  # what the store's ingress carried beyond the object
     with_root = cc.report_measures("publish", {"elapsed_s": 3.0, "object_bytes": 90, "parts": 0, "ranks": [],
+                                               "upload_failures": failures,
                                                "root": root})  # a report that carries rank 0's ledger: kept
     assert with_root["root_ledger"] and with_root["root_own_cpu_s"] == 0.1
 

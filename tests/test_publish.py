@@ -223,10 +223,49 @@ def test_a_corrupted_part_is_refused_by_the_store(s3_env, store, monkeypatch, pr
     with pytest.raises(multipart.TransportError, match=rf"s3://{bucket}/{key}: part 1.*BadDigest"):
         uploader.put(1, body, url)
     monkeypatch.undo()
+    # Both attempts (the first and its one retry) are counted as failures, with the part's bytes.
+    assert uploader.failures() == {"failed_attempts": 2, "failed_bytes": 2 * len(body), "kinds": {"BadDigest": 2}}
+    assert uploader.throttle_stats().throttled == 0
     assert upload.parts() == {}  # nothing stored
     record = uploader.put(1, body, url)  # the honest checksum passes
     assert multipart.part_matches(record, body) and list(upload.parts()) == [1]
     upload.abort()
+
+
+@pytest.mark.parametrize("presigned", [False, True], ids=["s3", "presigned"])
+def test_a_part_the_store_does_not_answer_in_time_lowers_the_parts_in_flight(s3_env, store, s3_server, toxiproxy,
+                                                                             presigned):
+    """The body goes, the answer comes after the read timeout (a delay on the way back): the
+    attempt is a failure counted as one, and the rank's limiter halves its parts in flight, as for a
+    throttle; once answers come in time the same part is stored."""
+    import ingest.staging.multipart as multipart
+    from ingest.transports.retry import UPLOAD_TIMEOUT, RetryPolicy
+
+    name = f"slow_{uuid.uuid4().hex[:8]}"
+    endpoint = f"http://{toxiproxy.create_proxy(name, f'127.0.0.1:{s3_server.port}')}"
+    try:
+        bucket, key = store["bucket"], f"late/{presigned}.bin"
+        upload = multipart.Upload(multipart.upload_client(2, {"endpoint_url": endpoint}), bucket, key,
+                                  RetryPolicy(retries=0, backoff_s=0.01))
+        upload.create(None if presigned else "CRC32")
+        url = upload.presign_part(1, 600) if presigned else None
+        uploader = multipart.PartUploader(bucket, key, upload.upload_id, upload.checksum, upload.policy,
+                                          presigned=presigned, slots=2,
+                                          options={"endpoint_url": endpoint, "read_timeout": 1.0})
+        body = np.frombuffer(os.urandom(1 << 20), np.uint8)
+        toxiproxy.add_toxic(name, "latency", {"latency": 2500, "jitter": 0}, stream="downstream")
+        with pytest.raises(multipart.TransportError, match=r"part 1: gave up after 1 attempt.*no answer came within "
+                                                           r"the read timeout"):
+            uploader.put(1, body, url)
+        assert uploader.failures() == {"failed_attempts": 1, "failed_bytes": len(body), "kinds": {UPLOAD_TIMEOUT: 1}}
+        seen = uploader.throttle_stats()
+        assert (seen.throttled, seen.concurrency_ceiling, seen.concurrency_min) == (1, 2, 1)
+        toxiproxy.remove_toxic(name, "latency_downstream")
+        record = uploader.put(1, body, url)
+        assert multipart.part_matches(record, body) and list(upload.parts()) == [1]
+        upload.abort()
+    finally:
+        toxiproxy.delete_proxy(name)
 
 
 # ------------------------------------------------------------------ failures mid-upload

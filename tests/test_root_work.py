@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from ingest.driver.mpi import QUIET_POLL_MAX_S, QUIET_POLL_MIN_S, quiet_barrier, quiet_poll_s, root_step
+from ingest.driver.mpi import QUIET_POLL_MAX_S, QUIET_POLL_MIN_S, quiet_barrier, quiet_poll_s, quiet_wait, root_step
 from ingest.driver.rootwork import ledger, start_ledger
 from ingest.testbed.synth import write_cube
 from tests.mpitools import check_root_ledger, child_env, mpiexec
@@ -101,3 +101,26 @@ def test_a_waiting_rank_looks_less_often_the_longer_it_waits():
     # 10 looks to 5 ms, ~39 while the sleep grows 10 % a look to 20 ms, 15 after: ~64 (a loaded
     # machine oversleeps, so looks fewer); at a fixed 0.5 ms it was up to 1,000.
     assert comm.looks <= 100, comm.looks
+
+
+def test_a_transfer_wait_spins_first_then_backs_off_to_its_own_cap():
+    # publish's exchange waits on transfers that move only while polled: it looks back to back
+    # first, then sleeps no more than its cap (2 ms), where a status wait sleeps up to 20 ms.
+    from ingest.driver.publish_rounds import TRANSFER_POLL_MAX_S
+
+    assert quiet_poll_s(60.0, TRANSFER_POLL_MAX_S) == TRANSFER_POLL_MAX_S < QUIET_POLL_MAX_S
+    ready_at = {"looks": 0}
+
+    def test():
+        ready_at["looks"] += 1
+        return ready_at["looks"] > 50
+
+    t0 = time.perf_counter()
+    quiet_wait(test, spins=50)
+    assert ready_at["looks"] == 51 and time.perf_counter() - t0 < 0.25  # 50 spins, no sleep
+    comm = _LateOthers(late_s=0.3)
+    request = comm.Ibarrier()
+    waited_s = quiet_wait(request.Test, spins=10, max_sleep_s=TRANSFER_POLL_MAX_S)
+    assert waited_s >= 0.3
+    # 10 spins, ~8 looks to 2 ms, then one every 2 ms: ~160 in 0.3 s (fewer on a loaded machine).
+    assert 10 < comm.looks <= 200, comm.looks

@@ -131,19 +131,29 @@ QUIET_POLL_MAX_S = 0.02
 QUIET_POLL_FRACTION = 0.1
 
 
-def quiet_poll_s(waited_s: float) -> float:
-    """The sleep before the next look, after waiting `waited_s` seconds."""
-    return min(QUIET_POLL_MAX_S, max(QUIET_POLL_MIN_S, QUIET_POLL_FRACTION * waited_s))
+def quiet_poll_s(waited_s: float, max_s: float = QUIET_POLL_MAX_S) -> float:
+    """The sleep before the next look, after waiting `waited_s` seconds (at most max_s)."""
+    return min(max_s, max(QUIET_POLL_MIN_S, QUIET_POLL_FRACTION * waited_s))
+
+
+def quiet_wait(test, spins: int = 0, max_sleep_s: float = QUIET_POLL_MAX_S) -> float:
+    """Call test() (an MPI Test) until it returns true: `spins` times back to back first (for a
+    message nearly there), then sleeping quiet_poll_s between looks, at most max_sleep_s (lower
+    where the wait is a transfer that moves only while polled). Returns the seconds waited."""
+    start_s = time.monotonic()
+    looks = 0
+    while not test():
+        looks += 1
+        if looks > spins:
+            time.sleep(quiet_poll_s(time.monotonic() - start_s, max_sleep_s))
+    return time.monotonic() - start_s
 
 
 def quiet_barrier(comm) -> None:
     """A barrier that sleeps while it waits. MPI's own barrier spins: a rank that finished early
     (or waits while rank 0 probes) takes a core from the ranks still reading and, on one machine,
     from the server; with more ranks than cores that slows the job it waits for."""
-    request = comm.Ibarrier()
-    start_s = time.monotonic()
-    while not request.Test():
-        time.sleep(quiet_poll_s(time.monotonic() - start_s))
+    quiet_wait(comm.Ibarrier().Test)
 
 
 def quiet_allgather(comm, obj) -> list:

@@ -276,9 +276,25 @@ def _report(cfg: RunConfig, plan: Plan, result: dict, ranks: list, what: str) ->
     print(f"ingest publish: {plan.uri} complete: {format_bytes(plan.object_bytes)} in {len(plan.parts)} part(s), "
           f"{format_bytes(uploaded)} uploaded, {sum(r['parts_verified'] for r in ranks)} part(s) already stored, "
           f"{result['elapsed_s']:.2f} s ({format_bytes(rate)}/s), ETag {result['etag']}", flush=True)
+    failures = report["upload_failures"] = _failures(ranks)
+    if failures["failed_attempts"]:
+        shown = ", ".join(f"{n} {kind}" for kind, n in sorted(failures["kinds"].items(), key=lambda kv: -kv[1]))
+        print(f"  part attempts that failed (not throttles): {failures['failed_attempts']} ({shown}); their parts "
+              f"hold {format_bytes(failures['failed_bytes'])}", flush=True)
     for name, finding in result["integrity"].items():  # what was checked, and by whom (ingest.staging.integrity)
         print(f"  {name}: {finding}", flush=True)
     return report
+
+
+def _failures(ranks: list) -> dict:
+    """Every rank's failed part attempts (not throttles), summed: attempts, their parts' bytes, kinds."""
+    kinds: dict = {}
+    for r in ranks:
+        for kind, n in r["failure_kinds"].items():
+            kinds[kind] = kinds.get(kind, 0) + n
+    return {"failed_attempts": sum(r["failed_attempts"] for r in ranks),
+            "failed_bytes": sum(r["failed_bytes"] for r in ranks), "kinds": kinds,
+            "throttled": sum(r["throttled"] for r in ranks)}
 
 
 class _Progress:

@@ -33,12 +33,14 @@ import numpy as np
 
 from ingest import buffers
 from ingest.core.byteruns import box_item_range, box_runs, cube_item, range_blocks
+from ingest.driver.mpi import quiet_wait
 from ingest.staging.integrity import md5_hex
 from ingest.staging.multipart import part_matches
 from ingest.units import MiB
 
 MESSAGE_BYTES = 64 * MiB  # one MPI message at most: bounded send buffer, far from MPI's 2 GiB count limit
 _SPINS = 200  # Test calls before a wait starts sleeping between them
+TRANSFER_POLL_MAX_S = 0.002  # the longest sleep between looks at a transfer in flight
 
 
 @dataclass
@@ -61,12 +63,17 @@ class RankStats:
     bytes_received: int = 0  # over MPI from other ranks
     upload_s: float = 0.0  # summed over upload slots
     wait_s: float = 0.0  # main thread waiting on MPI or a free buffer
-    throttled: int = 0  # part uploads the store throttled (503 SlowDown, 429, refused): retried, not failed
+    throttled: int = 0  # part attempts that asked for fewer in flight (503 SlowDown, 429, refused, unanswered in time)
     # Parts in flight the rank's limiter allowed (staging.multipart.PartUploader): its ceiling
     # (parts_in_flight), the level it settled on and its fewest; None before the rounds end.
     concurrency_ceiling: int | None = None
     concurrency_settled: float | None = None
     concurrency_min: int | None = None
+    # Part attempts that failed other than by a throttle (timeouts, resets, bad digests) and were
+    # retried or given up on, the bytes they had carried, and their kinds (staging.multipart.PartFailures).
+    failed_attempts: int = 0
+    failed_bytes: int = 0
+    failure_kinds: dict = field(default_factory=dict)
     records: list = field(default_factory=list)  # staging.multipart.PartRecord of the parts it aggregated
     errors: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -74,7 +81,8 @@ class RankStats:
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("parts_uploaded", "parts_verified", "bytes_uploaded", "bytes_sent",
                                               "bytes_received", "upload_s", "wait_s", "throttled",
-                                              "concurrency_ceiling", "concurrency_settled", "concurrency_min")}
+                                              "concurrency_ceiling", "concurrency_settled", "concurrency_min",
+                                              "failed_attempts", "failed_bytes", "failure_kinds")}
 
     def note_throttling(self, seen) -> None:
         """Take the uploader's ThrottleStats (ingest.engine.throttle) into these stats."""
@@ -82,24 +90,29 @@ class RankStats:
         self.concurrency_ceiling, self.concurrency_settled = seen.concurrency_ceiling, seen.concurrency_settled
         self.concurrency_min = seen.concurrency_min
 
+    def note_failures(self, seen: dict) -> None:
+        """Take the uploader's failures (staging.multipart.PartUploader.failures) into these stats."""
+        self.failed_attempts, self.failed_bytes = seen["failed_attempts"], seen["failed_bytes"]
+        self.failure_kinds = dict(seen["kinds"])
+
 
 def wait_all(requests, stats: RankStats | None = None) -> None:
-    """Wait for MPI requests by polling, so signal handlers run in between."""
+    """Wait for the exchange's MPI requests by polling, so signal handlers run in between. A
+    transfer over TCP moves only while polled, so the sleeps between looks stay short
+    (TRANSFER_POLL_MAX_S); they still back off, since on shared cores every look takes CPU
+    from the ranks being waited for and from the store."""
     from mpi4py import MPI
 
-    t0, spins = time.perf_counter(), 0
-    while not MPI.Request.Testall(requests):
-        spins += 1
-        if spins > _SPINS:
-            time.sleep(0.0002)
+    waited_s = quiet_wait(lambda: MPI.Request.Testall(requests), spins=_SPINS, max_sleep_s=TRANSFER_POLL_MAX_S)
     if stats is not None:
-        stats.wait_s += time.perf_counter() - t0
+        stats.wait_s += waited_s
 
 
 def failed_ranks(comm, failed: bool) -> list[int]:
-    """Collective, polled: the ranks that report a failure."""
+    """Collective, polled: the ranks that report a failure. Ranks whose uploads ended early wait
+    here for the last upload, for seconds: they wait asleep (driver.mpi.quiet_wait)."""
     send, recv = np.array([int(failed)], np.int32), np.zeros(comm.Get_size(), np.int32)
-    wait_all([comm.Iallgather(send, recv)])
+    quiet_wait(comm.Iallgather(send, recv).Test)
     return [r for r in range(comm.Get_size()) if recv[r]]
 
 
@@ -325,6 +338,8 @@ class Rounds:
             self.pool.shutdown(wait=True, cancel_futures=stopped)
             if hasattr(self.uploader, "throttle_stats"):
                 self.stats.note_throttling(self.uploader.throttle_stats())
+            if hasattr(self.uploader, "failures"):
+                self.stats.note_failures(self.uploader.failures())
             if not stopped:
                 self._stop_after_round()  # the last rounds' uploads
         except BaseException:

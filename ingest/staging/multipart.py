@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import threading
 import zlib
 from dataclasses import dataclass
 
@@ -35,7 +36,7 @@ from ingest.engine.throttle import Limiter, ThrottleStats
 from ingest.errors import RetryableError, TransportError
 from ingest.redact import redact_urls
 from ingest.staging import integrity
-from ingest.transports.retry import RetryPolicy, retry_call
+from ingest.transports.retry import UPLOAD_TIMEOUT, RetryPolicy, retry_call
 
 # Store answers worth another attempt: the server's trouble, or bytes damaged on the way.
 _RETRYABLE_CODES = {"SlowDown", "RequestTimeout", "BadDigest", "InternalError", "ServiceUnavailable",
@@ -142,6 +143,18 @@ def _call(fn, what: str):
         raise
     except Exception as exc:  # botocore/urllib3 errors, sorted by _classify
         raise _classify(exc, what) from exc
+
+
+def _call_part(fn, what: str):
+    """_call for one part's upload: a read timeout there is the uplink's congestion (UPLOAD_TIMEOUT)."""
+    try:
+        return _call(fn, what)
+    except RetryableError as exc:
+        if exc.kind != "ReadTimeoutError":
+            raise
+        raise RetryableError(f"{exc} (the part's body was sent and no answer came within the read timeout: more "
+                             f"parts in flight than the link carries in time; this rank sends fewer at once)",
+                             kind=UPLOAD_TIMEOUT) from exc
 
 
 def upload_client(max_pool_connections: int, options: dict | None = None):
@@ -282,6 +295,7 @@ class PartUploader:
         self.bucket, self.key, self.upload_id, self.checksum = bucket, key, upload_id, checksum
         self.policy, self.presigned = policy, presigned
         self.limiter = Limiter(max(1, slots))
+        self._failures = PartFailures()
         if presigned:
             self._pool = _url_pool(slots, options)
         else:  # rank 0 passes its Upload's client: making one costs 0.1-0.2 s
@@ -297,8 +311,8 @@ class PartUploader:
         # sent) and what ingest checks the part's ETag, then the object's, against.
         md5 = md5_b64(buffer)
         if self.presigned:
-            return retry_call(lambda: _call(lambda: self._put_url(number, buffer, url, md5, what), what),
-                              self.policy, what, gate=self.limiter)
+            return retry_call(lambda: _call_part(lambda: self._put_url(number, buffer, url, md5, what), what),
+                              self.policy, what, gate=self.limiter, on_failure=self._failures.counter(len(buffer)))
         crc = crc32_b64(buffer) if self.checksum == "CRC32" else None
         extra = {"ChecksumCRC32": crc} if crc else {}
         # The client's policy (ingest.transports.s3client): Content-MD5 off AWS, beside the CRC32.
@@ -311,11 +325,17 @@ class PartUploader:
                                              PartNumber=number, Body=_BufferFile(buffer), **extra)
             integrity.check_part_etag(what, reply.get("ETag", ""), integrity.b64_to_hex(md5), reply)
             return PartRecord(number, len(buffer), reply["ETag"], crc, integrity.b64_to_hex(md5), sent)
-        return retry_call(lambda: _call(put, what), self.policy, what, gate=self.limiter)
+        return retry_call(lambda: _call_part(put, what), self.policy, what, gate=self.limiter,
+                          on_failure=self._failures.counter(len(buffer)))
 
     def throttle_stats(self) -> ThrottleStats:
         """Throttled parts and the parts in flight the store allowed this rank."""
         return self.limiter.stats()
+
+    def failures(self) -> dict:
+        """Part attempts that failed other than by a throttle (a timeout, a reset, a bad digest),
+        the bytes they had carried, and their kinds: {"failed_attempts", "failed_bytes", "kinds"}."""
+        return self._failures.as_dict()
 
     def _put_url(self, number: int, buffer, url: str, md5: str, what: str) -> PartRecord:
         reply = self._pool.request("PUT", url, body=memoryview(buffer).cast("B"),
@@ -331,6 +351,29 @@ class PartUploader:
         integrity.check_part_etag(what, etag, integrity.b64_to_hex(md5),
                                   {k.lower(): v for k, v in reply.headers.items()})
         return PartRecord(number, len(buffer), etag, None, integrity.b64_to_hex(md5), "Content-MD5")
+
+
+class PartFailures:
+    """Failed part attempts of one rank, counted from its upload slots (thread-safe)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.attempts = self.bytes = 0
+        self.kinds: dict[str, int] = {}
+
+    def counter(self, size_bytes: int):
+        """The on_failure callback for one part of size_bytes."""
+        def failed(exc) -> None:
+            kind = getattr(exc, "kind", None) or type(exc).__name__
+            with self._lock:
+                self.attempts += 1
+                self.bytes += size_bytes
+                self.kinds[kind] = self.kinds.get(kind, 0) + 1
+        return failed
+
+    def as_dict(self) -> dict:
+        with self._lock:
+            return {"failed_attempts": self.attempts, "failed_bytes": self.bytes, "kinds": dict(self.kinds)}
 
 
 def _url_pool(slots: int, options: dict):

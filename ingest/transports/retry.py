@@ -40,6 +40,11 @@ _REDUCE_RATE = "reduce your request rate"
 # again at once makes it worse; fewer connections at once is the cure, as for a 503 SlowDown.
 _REFUSED = ("connection refused", "couldn't connect to server", "could not connect to server", "curl error 7:",
             "errno 111", "econnrefused")
+# A part upload whose body was sent and whose answer did not come within the read timeout: the
+# timeout's clock starts while the body still sits in the socket's buffer and the link's queue,
+# so what it measured is the uplink shared by too many uploads, and fewer at once is the cure.
+# It is still a failed attempt (a dead store looks the same), counted against the retries.
+UPLOAD_TIMEOUT = "upload_timeout"
 
 
 def is_throttle(error: BaseException) -> bool:
@@ -61,8 +66,9 @@ def is_refusal(error: BaseException) -> bool:
 
 def gate_outcome(error: BaseException) -> str:
     """What a gate hears of a failed attempt: THROTTLED (lower the requests in flight) for a
-    throttle or a refused connection, FAILED for anything else."""
-    return THROTTLED if is_throttle(error) or is_refusal(error) else FAILED
+    throttle, a refused connection or an upload's unanswered body, FAILED for anything else."""
+    congested = isinstance(error, RetryableError) and error.kind == UPLOAD_TIMEOUT
+    return THROTTLED if is_throttle(error) or is_refusal(error) or congested else FAILED
 
 
 def _chain_texts(error: BaseException, depth: int = 4) -> list[str]:
@@ -214,10 +220,11 @@ def read_with_retries(transport, buffer: memoryview, offset: int, policy: RetryP
             time.sleep(attempts.failed(exc, on_fault))
 
 
-def retry_call(fn, policy: RetryPolicy, what: str, gate=None, on_throttle=None):
+def retry_call(fn, policy: RetryPolicy, what: str, gate=None, on_throttle=None, on_failure=None):
     """fn() retried per `policy` on RetryableError: for idempotent calls with nothing to resume
     (a HEAD, the 1-byte GET that finds a presigned object's size, an UploadPart). A throttle
     does not count against policy.retries (total_s bounds it) and calls on_throttle(error);
+    any other failed attempt calls on_failure(error), whether or not another follows.
     `gate` admits each attempt, as in read_with_retries."""
     attempt = throttles = 0
     t0 = time.monotonic()
@@ -233,6 +240,8 @@ def retry_call(fn, policy: RetryPolicy, what: str, gate=None, on_throttle=None):
             else:
                 attempt += 1
                 delay = policy.delay_s(attempt)
+                if on_failure is not None:
+                    on_failure(exc)
             if attempt > policy.retries or time.monotonic() - t0 + delay >= policy.total_s:
                 throttled = f", {throttles} more throttled by the store" if throttles else ""
                 within = f" within its {policy.total_s:g} s retry budget" if attempt <= policy.retries else ""
