@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from ingest.driver.mpi import QUIET_POLL_MAX_S, QUIET_POLL_MIN_S, quiet_barrier, quiet_poll_s, quiet_wait, root_step
-from ingest.driver.rootwork import ledger, start_ledger
+from ingest.driver.rootwork import ledger, preload, start_ledger
 from ingest.testbed.synth import write_cube
 from tests.mpitools import check_root_ledger, child_env, mpiexec
 
@@ -85,6 +85,18 @@ def test_a_step_charges_rank_0_its_work_not_its_wait_for_late_ranks():
     assert root["waiting_s"] >= 0.3
     assert 0.05 <= root["steps_s"] < 0.25 and root["own_s"] == root["steps_s"]
     assert root["steps_cpu_s"] < root["steps_s"]  # a sleep costs no CPU
+
+
+def test_rank_0s_imports_are_start_up_kept_apart_from_its_own_work():
+    # astropy's import is about a second of rank 0's prepare at any rank count: start-up, as every
+    # rank's imports are, so the ledger shows it as starting_s and leaves it out of own_s.
+    start_ledger()
+    preload(1, ("ingest.sky.regions",))  # another rank: imports, charges nothing
+    assert ledger().as_dict(makespan_s=1.0)["starting_s"] == 0.0
+    preload(0, ("ingest.sky.pixels", "ingest.sky.sources"))
+    root = ledger().as_dict(makespan_s=1.0)
+    assert root["starting_s"] > 0.0 and root["starting_cpu_s"] >= 0.0
+    assert root["steps"] == 0 and root["own_s"] == 0.0 and root["own_cpu_s"] == 0.0
 
 
 def test_a_waiting_rank_looks_less_often_the_longer_it_waits():

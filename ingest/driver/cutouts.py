@@ -28,7 +28,7 @@ from ingest.driver.cutout_sources import cube_sources
 from ingest.driver.job import tune_for_job
 from ingest.driver.mpi import all_agree_or_raise, root_step, topology
 from ingest.driver.probe_rounds import root_step_with_crew
-from ingest.driver.rootwork import building_report, gather_to_root, ledger, start_ledger
+from ingest.driver.rootwork import building_report, gather_to_root, ledger, preload, start_ledger
 from ingest.driver.source import ensure_lifetime, resolve_source
 from ingest.formats.reader import read_any_layout_timed
 from ingest.outputs import cutouts as outputs
@@ -36,6 +36,10 @@ from ingest.outputs.report import cube_from_layout, write_report
 from ingest.transports import open_transport
 
 REPORT_SCHEMA = "ingest.cutouts-report/1"
+# What rank 0's prepare imports for any catalogue (the header's parser, the table reader, the
+# sky's WCS and frames), and what it writes its own cut-outs with.
+ROOT_MODULES = ("astropy.io.fits", "astropy.table", "astropy.wcs", "astropy.coordinates",
+                "ingest.outputs.cutout_headers")
 
 
 @dataclass(frozen=True)
@@ -117,10 +121,9 @@ def cutouts(comm, cfg: RunConfig) -> dict | None:
     rank, size = comm.Get_rank(), comm.Get_size()
     start_ledger()
     t_start = MPI.Wtime()
-    if rank != 0:
-        # While rank 0 reads the header and the catalogue, the others load what they write with
-        # (astropy's FITS cards: seconds of imports), on cores rank 0 leaves idle.
-        import ingest.outputs.cutout_headers  # noqa: F401
+    # Rank 0 loads what reads the header, the catalogue and the sky (astropy), the others what
+    # they write with (astropy's FITS cards): seconds of imports, all ranks at once.
+    preload(rank, ROOT_MODULES, ("ingest.outputs.cutout_headers",))
     job = root_step_with_crew(comm, prepare, cfg, topology(comm))
     prep_s = MPI.Wtime() - t_start
     bar = Progress(cfg, comm, len(job.todo)) if rank == 0 else None
