@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ingest.core.cost import CostModel
-from ingest.core.cutplan import (box_bytes, box_runs, box_selection, box_spans, first_byte, gather_box, merge_runs,
-                                 plan_spans, rank_share_box, source_order, split_axis, split_by_bytes)
+from ingest.core.cutplan import (box_bytes, box_read_cost_bytes, box_runs, box_selection, box_spans, first_byte, gather_box,
+                                 merge_runs, plan_spans, rank_share_box, source_order, split_axis, split_by_bytes)
 from ingest.core.cutstripes import band_cutouts, carry_over, choose_split, plan_stripe, split_by_stripes, stripe_box
 from ingest.formats.fits import FitsLayout
 
@@ -218,27 +218,46 @@ def test_a_boxs_spans_in_closed_form_are_its_runs_merged_by_the_gap_rule(case):
         got = box_spans(layout, box, gap)
         np.testing.assert_array_equal(got[0], starts)
         np.testing.assert_array_equal(got[1], stops)
+        assert box_read_cost_bytes(layout, box, gap) == int((stops - starts).sum()) + len(starts) * gap
+
+
+def test_stripes_are_balanced_by_what_the_spans_read_not_by_the_boxes_own_bytes():
+    # 100 planes of 8 x 8 float32 (256 B): a 2 x 2 box's rows merge across its 10 planes (the gap
+    # rule bridges a plane), so each box alone reads 10 planes' width, not its 160 bytes. Ten boxes
+    # crowd the top planes and ten spread over the rest: equal shares of the boxes' own bytes would
+    # give one rank planes 0-19 and the other planes 10-100.
+    layout = _layout((100, 8, 8))
+    boxes = [((z, z + 10), (0, 2), (0, 2)) for z in range(10)] + \
+            [((z, z + 10), (4, 6), (4, 6)) for z in range(10, 91, 9)]
+    order = source_order(layout, boxes, 0)
+    parts = split_by_stripes(layout, boxes, order, 2, 0, max_gap_bytes=1024)
+    planes = [max(boxes[i][0][1] for i in order[a:b]) - min(boxes[i][0][0] for i in order[a:b]) for a, b in parts]
+    assert max(planes) <= 60 and sum(planes) <= 100 + 10, planes
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_cube_and_boxes(), st.integers(1, 5))
 def test_split_by_stripes_is_contiguous_complete_and_no_worse_than_an_equal_share_of_the_cutouts(case, n_ranks):
-    shape, boxes, _, _ = case
+    shape, boxes, gap, _ = case
     layout = _layout(shape)
     axis = split_axis(boxes, shape)
     order = source_order(layout, boxes, axis)
-    parts = split_by_stripes(layout, boxes, order, n_ranks, axis)
+    parts = split_by_stripes(layout, boxes, order, n_ranks, axis, max_gap_bytes=gap)
     assert len(parts) == n_ranks and parts[0][0] == 0 and parts[-1][1] == len(boxes)
     assert all(a <= b for a, b in parts) and all(parts[i][1] == parts[i + 1][0] for i in range(n_ranks - 1))
 
-    def largest(split):  # the largest rank's read: the fewer of its stripe's and its boxes' bytes
+    def largest(split):  # the largest rank's read: the fewer of its stripe's bytes and its boxes' cost alone
         worst = 0
         for a, b in split:
             if a < b:
                 mine = [boxes[i] for i in order[a:b]]
                 p = next((k for k, n in enumerate(shape[:-1]) if n > 1), 0)
                 stripe = stripe_box(shape, mine, p, axis)
-                worst = max(worst, min(box_bytes(stripe, 4), sum(box_bytes(x, 4) for x in mine)))
+                alone = 0
+                for x in mine:
+                    starts, stops = box_spans(layout, x, gap)
+                    alone += int((stops - starts).sum()) + len(starts) * gap
+                worst = max(worst, min(box_bytes(stripe, 4), alone))
         return worst
 
     by_bytes = split_by_bytes([box_bytes(boxes[i], 4) for i in order], n_ranks)

@@ -185,3 +185,24 @@ def test_rank_1_of_a_run_never_loads_astropy(cubes, s3_server, tmp_path):
     assert {"astropy", "boto3"} <= loaded[0]
     assert "urllib3" in loaded[1] and not loaded[1] & set(HEAVY), sorted(loaded[1] & set(HEAVY))
     assert json.loads(report.read_text())["aggregate"]["bytes_needed"] == int(np.prod(SHAPE)) * 4
+
+
+@pytest.mark.parametrize("method, engine, client", [("s3", "urllib3", "boto3"), ("s3", "auto", "boto3"),
+                                                    ("presigned", "urllib3", "urllib3"), ("posix", "auto", None)])
+def test_what_a_waiting_rank_preloads_is_its_methods_client_and_no_other(method, engine, client):
+    """The modules a rank imports while rank 0 prepares (ingest.transports.method_modules) load the
+    client its method reads with, and none of the others: a presigned rank never loads boto3."""
+    code = f"""
+import json, sys
+from importlib import import_module
+from ingest.transports import method_modules
+for name in method_modules({method!r}, {engine!r}):
+    import_module(name)
+print(json.dumps({LOADED}))
+"""
+    loaded = set(json.loads(_python(code, child_env()).stdout))
+    assert not loaded & set(HEAVY) - {"boto3", "botocore"}, loaded
+    if client is not None:
+        assert client in loaded, loaded
+    if method != "s3":
+        assert not loaded & {"boto3", "botocore"}, loaded

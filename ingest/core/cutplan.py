@@ -234,18 +234,35 @@ def box_runs(layout: Layout, box: Box) -> tuple[np.ndarray, np.ndarray]:
     return offsets, offsets + lat.run_bytes
 
 
-def box_spans(layout: Layout, box: Box, max_gap_bytes: int) -> tuple[np.ndarray, np.ndarray]:
-    """A box's runs merged with the gap rule: the spans it would be read in alone. Merging is
-    associative (two runs join when a chain of gaps of at most max_gap_bytes links them), so the
-    spans of many boxes are the merge of their boxes' spans: a batch is priced from a few spans
-    per box, not from every run. A box's runs nest (each axis's step is longer than everything
-    inside it), so the gap rule joins whole axes from the innermost out: where the gap between two
-    neighbours along an axis is at most max_gap_bytes, that axis becomes part of the run."""
+def _merged_axes(layout: Layout, box: Box, max_gap_bytes: int):
+    """(lattice, counts, strides, run_bytes) of a box's runs after the gap rule: a box's runs nest
+    (each axis's step is longer than everything inside it), so the rule joins whole axes from the
+    innermost out: where the gap between two neighbours along an axis is at most max_gap_bytes,
+    that axis becomes part of the run."""
     lat = lattice_for(layout, box_selection(box, layout.shape))
     counts, strides, run = list(lat.counts), list(lat.strides), lat.run_bytes
     while counts and strides[-1] - run <= max_gap_bytes:
         run = (counts.pop() - 1) * strides.pop() + run
+    return lat, counts, strides, run
+
+
+def box_spans(layout: Layout, box: Box, max_gap_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """A box's runs merged with the gap rule: the spans it would be read in alone. Merging is
+    associative (two runs join when a chain of gaps of at most max_gap_bytes links them), so the
+    spans of many boxes are the merge of their boxes' spans: a batch is priced from a few spans
+    per box, not from every run."""
+    lat, counts, strides, run = _merged_axes(layout, box, max_gap_bytes)
     starts = np.array([lat.base], dtype=np.int64)
     for count, stride in zip(counts, strides):
         starts = (starts[:, None] + np.arange(count, dtype=np.int64) * stride).reshape(-1)
     return starts, starts + run
+
+
+def box_read_cost_bytes(layout: Layout, box: Box, max_gap_bytes: int) -> int:
+    """What reading a box alone costs, in bytes, in closed form: its spans' bytes (box_spans, the
+    gaps the rule bridges included) plus max_gap_bytes for each span's request. The gap rule
+    bridges a gap exactly when reading it costs less than another request, so max_gap_bytes is a
+    request's worth of reading; boxes near each other in a plane then price what merging their
+    spans would read, not just their own bytes."""
+    _, counts, _, run = _merged_axes(layout, box, max_gap_bytes)
+    return math.prod(counts) * (run + max_gap_bytes)

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ingest.core.cutplan import (Box, SpanPlan, box_bytes, box_spans, cut_requests, gather_box, merge_runs,
-                                 source_order)
+from ingest.core.cutplan import (Box, SpanPlan, box_bytes, box_read_cost_bytes, box_spans, cut_requests, gather_box,
+                                 merge_runs, source_order)
 from ingest.core.layout import Layout
 from ingest.errors import RegionError
 
@@ -226,26 +226,31 @@ def plan_stripe(layout: Layout, boxes, *, split: int, budget_bytes: int, max_gap
                       int(nbytes.max()))
 
 
-def split_by_stripes(layout: Layout, boxes, order, n_ranks: int, axis: int) -> list[tuple[int, int]]:
+def split_by_stripes(layout: Layout, boxes, order, n_ranks: int, axis: int, *,
+                     max_gap_bytes: int) -> list[tuple[int, int]]:
     """Contiguous [lo, hi) stretches of `order` (boxes sorted by their start along `axis`), one per
     rank, making the largest rank's read smallest. A stretch costs the fewer of its stripe's bytes
     (dense cut-outs: the stripe is read; neighbouring stripes share a box's reach, so an equal
-    share of the cut-outs is no equal share of the reading) and its cut-outs' own bytes (sparse:
-    only their spans are read). Both only grow as a stretch grows, so the smallest largest cost is
-    found by bisection, each stretch greedily as long as that cost allows."""
+    share of the cut-outs is no equal share of the reading) and what its cut-outs cost read
+    alone, summed (sparse: only their spans are read; `box_read_cost_bytes`: each span's bytes,
+    the gaps the rule bridges included, plus a request's worth). Pricing boxes by their own bytes
+    instead would call a stretch sparse whose spans merge into most of its stripe, and hand one
+    rank far more of the cube to read than another.
+    Both only grow as a stretch grows, so the smallest largest cost is found by bisection, each
+    stretch greedily as long as that cost allows."""
     p, shape, n = band_axis(layout.shape), layout.shape, len(order)
     if n == 0:
         return [(0, 0)] * n_ranks
     col = lambda k, end: np.array([boxes[i][k][end] for i in order], np.int64)  # noqa: E731
     lo_s, hi_s, lo_p, hi_p = col(axis, 0), col(axis, 1), col(p, 0), col(p, 1)
-    own = np.array([box_bytes(boxes[i], layout.itemsize) for i in order], np.float64)
+    alone = np.array([box_read_cost_bytes(layout, boxes[i], max_gap_bytes) for i in order], np.float64)
     across = float(layout.itemsize * math.prod(m for k, m in enumerate(shape) if k not in (axis, p)))
 
     def costs(i: int, end: int) -> np.ndarray:  # of the stretches order[i:j], j = i+1..end (non-decreasing)
         stripe = (np.maximum.accumulate(hi_s[i:end]) - lo_s[i]) * across
         if axis != p:
             stripe = stripe * (np.maximum.accumulate(hi_p[i:end]) - np.minimum.accumulate(lo_p[i:end]))
-        return np.minimum(stripe, np.cumsum(own[i:end]))
+        return np.minimum(stripe, np.cumsum(alone[i:end]))
 
     def costs_upto(i: int, limit: float) -> np.ndarray:  # costs(i), far enough to pass limit
         reach = 2 * (n // n_ranks) + 1
@@ -288,7 +293,7 @@ def choose_split(layout: Layout, boxes, n_ranks: int, *, max_gap_bytes: int, chu
     tried = []
     for axis in candidates or [p]:
         order = source_order(layout, boxes, axis)
-        parts = split_by_stripes(layout, boxes, order, n_ranks, axis)
+        parts = split_by_stripes(layout, boxes, order, n_ranks, axis, max_gap_bytes=max_gap_bytes)
         slowest_s, wire = 0.0, 0
         for lo, hi in parts:
             if lo < hi:

@@ -33,7 +33,7 @@ from ingest.driver.source import ensure_lifetime, resolve_source
 from ingest.formats.reader import read_any_layout_timed
 from ingest.outputs import cutouts as outputs
 from ingest.outputs.report import cube_from_layout, write_report
-from ingest.transports import open_transport
+from ingest.transports import method_modules, open_transport
 
 REPORT_SCHEMA = "ingest.cutouts-report/1"
 # What rank 0's prepare imports for any catalogue (the header's parser, the table reader, the
@@ -122,8 +122,9 @@ def cutouts(comm, cfg: RunConfig) -> dict | None:
     start_ledger()
     t_start = MPI.Wtime()
     # Rank 0 loads what reads the header, the catalogue and the sky (astropy), the others what
-    # they write with (astropy's FITS cards): seconds of imports, all ranks at once.
-    preload(rank, ROOT_MODULES, ("ingest.outputs.cutout_headers",))
+    # they write with (astropy's FITS cards) and read with (their method's client, which rank 0's
+    # shared rounds would otherwise wait for): seconds of imports, all ranks at once.
+    preload(rank, ROOT_MODULES, ("ingest.outputs.cutout_headers", *method_modules(cfg.resolved_method, cfg.engine)))
     job = root_step_with_crew(comm, prepare, cfg, topology(comm))
     prep_s = MPI.Wtime() - t_start
     bar = Progress(cfg, comm, len(job.todo)) if rank == 0 else None
