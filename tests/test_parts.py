@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from ingest.core.byteruns import ObjectImage, box_bytes_before, box_item_range, box_runs, cube_item, range_blocks
 from ingest.core.decompose import grid_boxes
 from ingest.core.ownership import owned_boxes
-from ingest.core.parts import (MAX_OBJECT_BYTES, MAX_PART_BYTES, MAX_PARTS, MIN_PART_BYTES, assign_aggregators,
-                               plan_part_bytes, rounds, split_parts)
+from ingest.core.parts import (MAX_OBJECT_BYTES, MAX_PART_BYTES, MAX_PARTS, MIN_PART_BYTES, WAVE_STEP_BYTES,
+                               assign_aggregators, plan_part_bytes, rounds, split_parts, whole_waves_part_bytes)
 from ingest.core.regions import s2p_regions
 from ingest.errors import ConfigError, RegionError
 from ingest.units import GiB, MiB
@@ -35,8 +35,36 @@ def _check_parts(parts, object_bytes):
        latency_s=st.floats(0, 0.5), bandwidth=st.floats(1e5, 1e11))
 def test_planned_parts_keep_every_s3_limit(object_bytes, n_ranks, in_flight, latency_s, bandwidth):
     part_bytes, reason = plan_part_bytes(object_bytes, n_ranks, in_flight, latency_s, bandwidth)
-    assert part_bytes % MiB == 0 and reason
+    assert part_bytes % WAVE_STEP_BYTES == 0 and reason
     _check_parts(split_parts(object_bytes, part_bytes), object_bytes)
+    if "for each of" in reason:  # made whole waves: every rank as many parts as the others
+        assert len(split_parts(object_bytes, part_bytes)) % n_ranks == 0
+
+
+@FAST
+@given(object_bytes=st.integers(MIN_PART_BYTES, 64 * GiB), n_ranks=st.integers(2, 300),
+       part_bytes=st.integers(MIN_PART_BYTES, 256 * MiB))
+def test_whole_waves_give_every_rank_as_many_parts_or_leave_the_size_alone(object_bytes, n_ranks, part_bytes):
+    whole = whole_waves_part_bytes(object_bytes, part_bytes, n_ranks, MIN_PART_BYTES)
+    n_parts, n_whole = -(-object_bytes // part_bytes), -(-object_bytes // whole)
+    if whole != part_bytes:
+        assert n_whole % n_ranks == 0 and whole >= MIN_PART_BYTES and whole % WAVE_STEP_BYTES == 0
+        assert abs(n_whole - n_parts) < n_ranks  # one wave more or one fewer, no further
+        _check_parts(split_parts(object_bytes, whole), object_bytes)
+    elif n_parts % n_ranks and -(-n_parts // n_ranks) <= 4:  # left alone: neither neighbouring wave count fits
+        waves = -(-n_parts // n_ranks)
+        for k in (waves, waves - 1):
+            size = -(-object_bytes // max(1, k * n_ranks) // WAVE_STEP_BYTES) * WAVE_STEP_BYTES if k >= 1 else 0
+            assert k < 1 or size < MIN_PART_BYTES or size > MAX_PART_BYTES or -(-object_bytes // size) != k * n_ranks
+
+
+def test_a_small_cube_on_four_ranks_is_three_parts_each_not_thirteen_with_one_left_over():
+    # 64 MiB of float32 and a FITS header: 5 MiB parts (S3's floor) made 13, one rank's fourth
+    # uploaded alone at the end; 5.3 MiB parts make 12.
+    object_bytes = 64 * MiB + 2880 + (-(64 * MiB + 2880)) % 2880
+    part, reason = plan_part_bytes(object_bytes, 4, 2, 0.002, 75e6)
+    assert len(split_parts(object_bytes, part)) == 12 and part % 4 == 0 and "3 for each of 4 ranks" in reason
+    assert plan_part_bytes(object_bytes, 1, 2, 0.002, 75e6)[0] % MiB == 0  # one rank: no waves to fill
 
 
 def test_part_size_rule_on_seed_cases():

@@ -12,7 +12,14 @@ refused after an hour, so every size here is checked before a byte moves.
 3. the spread ceiling: every rank's upload slots busy for >= 4 waves, so parts
    <= object / (ranks x parts in flight x 4) (the last, partial wave then costs <= 1/4);
 4. between floor and ceiling, 64 MiB (few requests, cheap to retry, a bounded buffer);
-the S3 floor wins over everything, the ceiling over the link floor. Whole MiB throughout.
+5. whole waves: where the count leaves the last of at most 4 waves part empty (with more, it costs
+   less than a quarter), the nearest size (more, smaller parts first; never under the S3 floor)
+   that gives every rank as many parts as the others. A
+   rank with one part more than the rest uploads it at the end, alone, at its own link's rate
+   (4 ranks on 4 emulated nodes, 13 parts of 5 MiB: the fourth rank's last part was the last
+   0.6 s of a 3.9 s publish).
+the S3 floor wins over everything, the ceiling over the link floor. Whole MiB, but for whole
+waves, which need finer steps (WAVE_STEP_BYTES) to fit an object that is not whole MiB.
 """
 from __future__ import annotations
 
@@ -30,6 +37,7 @@ MAX_OBJECT_BYTES = 5 * TiB
 DEFAULT_PART_BYTES = 64 * MiB  # few enough requests, small enough to retry cheaply
 OVERHEAD_FRACTION = 0.05  # a part's request latency as a share of its transfer time, at most
 SPREAD_WAVES = 4  # waves of uploads every rank should get, so the partial last one is cheap
+WAVE_STEP_BYTES = 4096  # whole waves' part sizes: a whole number of any value's bytes, fine enough for ~1,000 parts
 
 
 def _check_object_bytes(object_bytes: int) -> None:
@@ -107,7 +115,30 @@ def plan_part_bytes(object_bytes: int, n_ranks: int, parts_in_flight: int, laten
     if part < s3_floor:
         part, why = s3_floor, f"S3's floor for this object (5 MiB, at most {MAX_PARTS} parts)"
     part = min(part, MAX_PART_BYTES)
+    whole = whole_waves_part_bytes(object_bytes, part, n_ranks, s3_floor)
+    if whole != part:
+        n_parts = math.ceil(object_bytes / whole)
+        why += (f"; {format_bytes(part)} made {math.ceil(object_bytes / part)} parts, "
+                f"{format_bytes(whole)} makes {n_parts}: {n_parts // n_ranks} for each of {n_ranks} ranks")
+        part = whole
     return part, f"{format_bytes(part)}: {why}"
+
+
+def whole_waves_part_bytes(object_bytes: int, part_bytes: int, n_ranks: int, floor_bytes: int) -> int:
+    """`part_bytes`, or the size nearest it (in WAVE_STEP_BYTES steps, at least floor_bytes) that
+    splits the object into a whole number of parts for each of n_ranks ranks: one more wave of
+    smaller parts, else one fewer of larger ones; `part_bytes` when neither fits."""
+    n_parts = math.ceil(object_bytes / part_bytes)
+    waves = math.ceil(n_parts / n_ranks)
+    if n_ranks < 2 or n_parts % n_ranks == 0 or waves > SPREAD_WAVES:
+        return part_bytes
+    for k in (waves, waves - 1):
+        if k < 1:
+            continue
+        size = math.ceil(object_bytes / (k * n_ranks) / WAVE_STEP_BYTES) * WAVE_STEP_BYTES
+        if floor_bytes <= size <= MAX_PART_BYTES and math.ceil(object_bytes / size) == k * n_ranks:
+            return size
+    return part_bytes
 
 
 def split_parts(object_bytes: int, part_bytes: int) -> tuple[tuple[int, int], ...]:
