@@ -58,6 +58,12 @@ class Plan:
 
 
 
+def uses_presigned(upload_method: str, credentials) -> bool:
+    """Do the parts go through presigned URLs, given every rank's `credentials` (have keys)?
+    Every rank can tell from the allgathered credentials, before rank 0's plan says so."""
+    return upload_method == "presigned" or (upload_method == "auto" and not all(credentials))
+
+
 def options_for_store(cfg: RunConfig) -> dict:
     """Connection options for the upload clients, from the config."""
     return {"endpoint_url": cfg.endpoint_url, "verify_tls": cfg.verify_tls, "ca_bundle": cfg.ca_bundle,
@@ -161,7 +167,7 @@ def make_plan(cfg: RunConfig, regions, held_by, header, header_source: str | Non
     image, fmt = object_image(layout, header, shape, dtype)
 
     n_ranks = len(held_by)
-    presigned = cfg.upload_method == "presigned" or (cfg.upload_method == "auto" and not all(credentials))
+    presigned = uses_presigned(cfg.upload_method, credentials)
     if not credentials[0]:
         raise ConfigError("upload_method: rank 0 has no credentials (boto3's chain finds no keys); it creates, "
                           "signs and completes the upload, so it needs them")
