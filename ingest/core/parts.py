@@ -14,10 +14,8 @@ refused after an hour, so every size here is checked before a byte moves.
 4. between floor and ceiling, 64 MiB (few requests, cheap to retry, a bounded buffer);
 5. whole waves: where the count leaves the last of at most 4 waves part empty (with more, it costs
    less than a quarter), the nearest size (more, smaller parts first; never under the S3 floor)
-   that gives every rank as many parts as the others. A
-   rank with one part more than the rest uploads it at the end, alone, at its own link's rate
-   (4 ranks on 4 emulated nodes, 13 parts of 5 MiB: the fourth rank's last part was the last
-   0.6 s of a 3.9 s publish).
+   that gives every rank as many parts as the others: a rank with one part more than the rest
+   uploads it at the end, alone, at its own link's rate while the store's pipe idles;
 the S3 floor wins over everything, the ceiling over the link floor. Whole MiB, but for whole
 waves, which need finer steps (WAVE_STEP_BYTES) to fit an object that is not whole MiB.
 """

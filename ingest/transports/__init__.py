@@ -66,7 +66,7 @@ def method_modules(method: str, engine: str = "auto") -> tuple[str, ...]:
     """The modules opening `method` on `engine` imports: its class's, and for s3 the client
     module every S3 engine signs or reads with (boto3 and botocore). A rank that waits while rank
     0 prepares imports them meanwhile (ingest.driver.rootwork.preload), instead of at its first
-    open, where the others wait for it: s3's first open spends 0.2-0.3 s importing boto3."""
+    open, where the ranks reading with it would wait for its imports."""
     if method == "auto" or method not in TRANSPORTS:
         return ()
     try:
