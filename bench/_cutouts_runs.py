@@ -107,7 +107,7 @@ def ingest_cutouts(env: common.BenchEnv, cube: common.Cube, profile: str, catalo
             "work_s": report["rank0_prepare_s"] + report["makespan_s"] + (report.get("rank0_gather_s") or 0.0),
             "wall_per_source_s": wall_s / done_n, "makespan_per_source_s": report["makespan_s"] / done_n,
             "bands": sum(len(r.get("bands", ())) for r in report["ranks"]), "plan_modes": report["plan"].get("modes"),
-            "memory_bound_bytes": bound, "peak_rss_max_bytes": max(peaks),
+            "memory_bound_bytes": bound, "peak_rss_max_bytes": max(peaks), "peak_rss_bytes_per_rank": peaks,
             "peak_over_bound": max(peaks) / (bound + SLACK_BYTES), "out_dir": out_dir}
 
 
