@@ -136,3 +136,27 @@ def test_a_transfer_wait_spins_first_then_backs_off_to_its_own_cap():
     assert waited_s >= 0.3
     # 10 spins, ~8 looks to 2 ms, then one every 2 ms: ~160 in 0.3 s (fewer on a loaded machine).
     assert 10 < comm.looks <= 200, comm.looks
+
+
+_HANDOUT = """
+import json
+from mpi4py import MPI
+from ingest.driver.mpi import Handout, root_step
+
+comm = MPI.COMM_WORLD
+def step():
+    return Handout({"cube": "c"}, [[f"row{r}"] * (r + 1) for r in range(comm.Get_size())], {"rows": "all"})
+shared, mine, root_only = root_step(comm, step)
+print(json.dumps([comm.Get_rank(), shared, mine, root_only]), flush=True)
+"""
+
+
+def test_a_handout_gives_each_rank_its_own_part_and_keeps_the_rest_on_rank_0():
+    # A catalogue's 10,000 sources broadcast whole sat in every rank's memory: each rank gets only
+    # its own part, the shared part goes to all, and rank 0 alone keeps what only it writes.
+    proc, _ = mpiexec(3, [_HANDOUT], child_env(), python_args=("-c",))
+    assert proc.returncode == 0, proc.stderr
+    got = sorted(json.loads(line) for line in proc.stdout.splitlines() if line.startswith("["))
+    assert got == [[0, {"cube": "c"}, ["row0"], {"rows": "all"}],
+                   [1, {"cube": "c"}, ["row1", "row1"], None],
+                   [2, {"cube": "c"}, ["row2", "row2", "row2"], None]]

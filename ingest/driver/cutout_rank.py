@@ -150,10 +150,9 @@ def _chunked(transport, job, cfg: RunConfig, sources, write, finisher: _Finisher
     finisher.flush()
 
 
-def cut_rank(comm, cfg: RunConfig, job, progress=None) -> tuple[list[dict], dict]:
-    """Every rank: its sources; (manifest entries, the rank's record)."""
+def cut_rank(comm, cfg: RunConfig, job, sources, progress=None) -> tuple[list[dict], dict]:
+    """Every rank: its `sources` (CutoutSource, in object order); (manifest entries, the rank's record)."""
     rank = comm.Get_rank()
-    sources = [job.sources[i] for i in job.assignment[rank]]
     tally, entries = RankTally(rank), []
     if not sources:
         return entries, tally.record(0)

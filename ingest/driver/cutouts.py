@@ -26,7 +26,7 @@ from ingest.driver.cutout_progress import Progress, Reporter
 from ingest.driver.cutout_rank import cut_rank
 from ingest.driver.cutout_sources import cube_sources
 from ingest.driver.job import tune_for_job
-from ingest.driver.mpi import all_agree_or_raise, root_step, topology
+from ingest.driver.mpi import Handout, all_agree_or_raise, root_step, topology
 from ingest.driver.probe_rounds import root_step_with_crew
 from ingest.driver.rootwork import building_report, gather_to_root, ledger, preload, start_ledger
 from ingest.driver.source import ensure_lifetime, resolve_source
@@ -44,7 +44,9 @@ ROOT_MODULES = ("astropy.io.fits", "astropy.table", "astropy.wcs", "astropy.coor
 
 @dataclass(frozen=True)
 class CutoutJob:
-    """What rank 0 decides once and broadcasts."""
+    """What rank 0 decides once and broadcasts. Each rank's own sources are scattered beside it
+    and the catalogue stays on rank 0 (`Catalogue`): a rank holds its share of the sources, not
+    every row (10,000 sources are about 18 MB in each rank that holds them all)."""
 
     read_source: str
     method: str
@@ -52,10 +54,7 @@ class CutoutJob:
     info: object
     signer_args: tuple | None
     settings: object
-    sources: tuple  # CutoutSource, every row of the catalogue
-    todo: tuple  # indices of the sources to cut now, in object order
-    assignment: tuple  # per rank: a contiguous stretch of `todo`, as indices into `sources`
-    kept: tuple  # manifest entries of cut-outs an earlier run left whole
+    n_todo: int  # cut-outs to make now, over all ranks
     max_gap_bytes: int
     split_axis: int  # numpy axis the ranks' stripes are cut along
     plan_choice: str  # the split over ranks, and why, in words (each rank adds its bands')
@@ -64,6 +63,14 @@ class CutoutJob:
     @property
     def ext(self) -> str:
         return ".h5" if self.layout.kind == "hdf5" else ".fits"
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """Rank 0's own part of the job: every row, for the manifest and the report."""
+
+    sources: tuple  # CutoutSource, every row of the catalogue
+    kept: tuple  # manifest entries of cut-outs an earlier run left whole
 
 
 def gap_bytes(cfg: RunConfig, settings) -> int:
@@ -76,9 +83,10 @@ def gap_bytes(cfg: RunConfig, settings) -> int:
                                                                                   settings.cost.gap_bytes)
 
 
-def prepare(cfg: RunConfig, topology, crew=None) -> CutoutJob:
+def prepare(cfg: RunConfig, topology, crew=None) -> Handout:
     """Rank 0: header, catalogue, boxes, what is already done, the link (and, with `crew`, what
-    the ranks share: as `run` measures it), and the split over ranks."""
+    the ranks share: as `run` measures it), and the split over ranks: the CutoutJob for all, each
+    rank's contiguous stretch of sources in object order, and the Catalogue for rank 0."""
     sinks.check_outputs(cfg)
     method, read_source, signer_args = resolve_source(cfg)
     if method == "presigned":
@@ -103,11 +111,11 @@ def prepare(cfg: RunConfig, topology, crew=None) -> CutoutJob:
                                                   chunk_bytes=settings.chunk_bytes, cost=settings.cost,
                                                   threads=settings.threads)
         todo = [todo[k] for k in order]
-    assignment = tuple(tuple(todo[a:b]) for a, b in parts)
+    per_rank = [[sources[i] for i in todo[a:b]] for a, b in parts]
     if method == "presigned":
         read_source = ensure_lifetime(read_source, signer_args, 3600.0, cfg)
-    return CutoutJob(read_source, method, layout, info, signer_args, settings, tuple(sources), tuple(todo),
-                     assignment, tuple(kept.values()), gap, axis, choice, topology)
+    job = CutoutJob(read_source, method, layout, info, signer_args, settings, len(todo), gap, axis, choice, topology)
+    return Handout(job, per_rank, Catalogue(tuple(sources), tuple(kept.values())))
 
 
 def outputs_cube(layout, info) -> dict:
@@ -125,15 +133,15 @@ def cutouts(comm, cfg: RunConfig) -> dict | None:
     # they write with (astropy's FITS cards) and read with (their method's client, which rank 0's
     # shared rounds would otherwise wait for): seconds of imports, all ranks at once.
     preload(rank, ROOT_MODULES, ("ingest.outputs.cutout_headers", *method_modules(cfg.resolved_method, cfg.engine)))
-    job = root_step_with_crew(comm, prepare, cfg, topology(comm))
+    job, mine, catalogue = root_step_with_crew(comm, prepare, cfg, topology(comm))
     prep_s = MPI.Wtime() - t_start
-    bar = Progress(cfg, comm, len(job.todo)) if rank == 0 else None
+    bar = Progress(cfg, comm, job.n_todo) if rank == 0 else None
     reporter = Reporter(comm) if rank != 0 else None
     error, entries, record = None, [], None
     comm.Barrier()
     t0 = MPI.Wtime()
     try:
-        entries, record = cut_rank(comm, cfg, job, progress=(bar.mine if bar else reporter.send))
+        entries, record = cut_rank(comm, cfg, job, mine, progress=(bar.mine if bar else reporter.send))
     except Exception as exc:  # noqa: BLE001 - every rank learns of it below
         error = exc
     if reporter is not None:
@@ -148,9 +156,9 @@ def cutouts(comm, cfg: RunConfig) -> dict | None:
     t_root = MPI.Wtime()
     with building_report():  # the manifest too: rank 0 writes it for every rank
         done = [e for es, _ in gathered for e in es]
-        report = _report(cfg, job, done, [r for _, r in gathered], makespan_s, prep_s)
+        report = _report(cfg, job, catalogue, done, [r for _, r in gathered], makespan_s, prep_s)
         manifest = {"schema": outputs.SCHEMA, "cube": outputs_cube(job.layout, job.info),
-                    "sources": sorted(done + list(job.kept) + report["skipped"], key=lambda e: e["row"])}
+                    "sources": sorted(done + list(catalogue.kept) + report["skipped"], key=lambda e: e["row"])}
         report["manifest"] = sinks.write_manifest(cfg, manifest)
     report["rank0_gather_s"] = MPI.Wtime() - t_root
     report["root"] = ledger().as_dict(makespan_s)
@@ -160,8 +168,8 @@ def cutouts(comm, cfg: RunConfig) -> dict | None:
     return report
 
 
-def _report(cfg, job: CutoutJob, done, records, makespan_s: float, prep_s: float) -> dict:
-    skipped = [s.entry(None, 0, None) for s in job.sources if s.box is None]
+def _report(cfg, job: CutoutJob, catalogue: Catalogue, done, records, makespan_s: float, prep_s: float) -> dict:
+    skipped = [s.entry(None, 0, None) for s in catalogue.sources if s.box is None]
     requests = sum(r["requests"] for r in records)
     wire = sum(r["bytes_wire"] for r in records)
     n = max(1, len(done))
@@ -178,10 +186,10 @@ def _report(cfg, job: CutoutJob, done, records, makespan_s: float, prep_s: float
                            for m in ("stream", "spans")},
                  "read_share_of_data": wire / max(1, job.layout.data_bytes),
                  "buffer_bytes_max": max((r.get("buffer_bytes_max", 0) for r in records), default=0)},
-        "totals": {"sources": len(job.sources), "done": len(done), "kept": len(job.kept), "skipped": len(skipped),
+        "totals": {"sources": len(catalogue.sources), "done": len(done), "kept": len(catalogue.kept), "skipped": len(skipped),
                    "requests": requests, "bytes_wire": wire, "bytes_needed": sum(r["bytes_needed"] for r in records),
                    "requests_per_source": requests / n, "bytes_wire_per_source": wire / n},
-        "clipped": sum(1 for s in job.sources if s.box is not None and s.clipped),
+        "clipped": sum(1 for s in catalogue.sources if s.box is not None and s.clipped),
         "skipped": skipped, "ranks": records,
     }
 

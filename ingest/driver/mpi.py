@@ -10,6 +10,7 @@ import socket
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 
 from ingest.core.sharing import Topology
 from ingest.driver.rootwork import Clock, note_step
@@ -91,9 +92,25 @@ def _machine_id() -> str:
         return socket.gethostname()
 
 
+@dataclass(frozen=True)
+class Handout:
+    """A root step's result in three parts: `shared` goes to every rank, `per_rank[r]` to rank r
+    alone, `root_only` stays on rank 0. A result that is mostly per-rank (a catalogue's sources)
+    broadcast whole would sit in every rank's memory: n_ranks copies of what each needs 1/n of.
+    What root_step returns for one on every rank: Handout(shared, the rank's part, root_only or None)."""
+
+    shared: object
+    per_rank: object
+    root_only: object = None
+
+    def __iter__(self):  # shared, per_rank, root_only = root_step(...)
+        return iter((self.shared, self.per_rank, self.root_only))
+
+
 def root_step(comm, fn, *args, **kwargs):
-    """Run fn on rank 0 only and broadcast its result; an IngestError there is raised on every
-    rank (the others get RootStepFailed), so all ranks leave together instead of hanging."""
+    """Run fn on rank 0 only and broadcast its result (a Handout: broadcast, scattered and kept);
+    an IngestError there is raised on every rank (the others get RootStepFailed), so all ranks
+    leave together instead of hanging."""
     result, error = None, None
     clock = Clock()
     if comm.Get_rank() == 0:
@@ -114,11 +131,22 @@ def root_step(comm, fn, *args, **kwargs):
         raise error
     if error_text is not None:
         raise RootStepFailed(error_text)
-    result = comm.bcast(result, root=0)
+    result = _hand_out(comm, result)
     if comm.Get_rank() == 0:
         wall_s, cpu_s = clock.elapsed()
         note_step(wall_s - waiting_s, cpu_s - waiting_cpu_s, waiting_s)
     return result
+
+
+def _hand_out(comm, result):
+    """Rank 0's result on every rank: broadcast whole, or a Handout's parts where they belong."""
+    root = comm.Get_rank() == 0
+    head = Handout(result.shared, None) if root and isinstance(result, Handout) else result
+    head = comm.bcast(head, root=0)
+    if not isinstance(head, Handout):
+        return head
+    mine = comm.scatter(result.per_rank if root else None, root=0)
+    return Handout(head.shared, mine, result.root_only if root else None)
 
 
 # How often a rank waiting in quiet_barrier looks again: after a wait of w seconds, in
