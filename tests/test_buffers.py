@@ -92,3 +92,22 @@ def test_numpys_own_switch_gives_numpys_buffers_back():
                               env={**os.environ, "NUMPY_MADVISE_HUGEPAGE": value})
         assert done.returncode == 0, done.stderr
         assert done.stdout.split() == expected.split(), value
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS"))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads RSS from Linux's /proc")
+def test_freed_heap_goes_back_to_the_os_before_a_big_buffer_comes():
+    # Many small objects freed among a few kept (a catalogue's rows, each box's tuples): the heap's
+    # free pages stay in RSS until they are trimmed. 1,000-byte objects come from the C heap.
+    held = [bytes(1000) + bytes([i % 256]) for i in range(150_000)]  # about 150 MB
+    kept = held[::64]
+    del held
+    before = _rss_bytes()
+    if not buffers.return_freed_heap():
+        pytest.skip("no glibc malloc_trim here")
+    assert before - _rss_bytes() > 50 * 10**6
+    del kept  # alive until measured: they keep the heap from shrinking at its top by itself

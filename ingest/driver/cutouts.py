@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from mpi4py import MPI
 
+from ingest.buffers import return_freed_heap
 from ingest.config import RunConfig
 from ingest.config.settings import configured_settings, retry_policy, transport_options, tunable
 from ingest.core.cutplan import box_selection, rank_share_box
@@ -46,7 +47,7 @@ ROOT_MODULES = ("astropy.io.fits", "astropy.table", "astropy.wcs", "astropy.coor
 class CutoutJob:
     """What rank 0 decides once and broadcasts. Each rank's own sources are scattered beside it
     and the catalogue stays on rank 0 (`Catalogue`): a rank holds its share of the sources, not
-    every row (10,000 sources are about 18 MB in each rank that holds them all)."""
+    every row (BENCHMARKS, "Where the 10,000-source cut-outs' memory goes")."""
 
     read_source: str
     method: str
@@ -67,9 +68,12 @@ class CutoutJob:
 
 @dataclass(frozen=True)
 class Catalogue:
-    """Rank 0's own part of the job: every row, for the manifest and the report."""
+    """Rank 0's own part of the job: what the manifest and the report need of the rows no rank
+    cuts now. The cut-outs' own rows are the ranks' (rank 0's share among them), not kept twice."""
 
-    sources: tuple  # CutoutSource, every row of the catalogue
+    n_sources: int  # rows of the catalogue
+    n_clipped: int  # sources whose box the cube's edge clipped
+    skipped: tuple  # manifest entries of the sources with no box, with their reasons
     kept: tuple  # manifest entries of cut-outs an earlier run left whole
 
 
@@ -115,7 +119,9 @@ def prepare(cfg: RunConfig, topology, crew=None) -> Handout:
     if method == "presigned":
         read_source = ensure_lifetime(read_source, signer_args, 3600.0, cfg)
     job = CutoutJob(read_source, method, layout, info, signer_args, settings, len(todo), gap, axis, choice, topology)
-    return Handout(job, per_rank, Catalogue(tuple(sources), tuple(kept.values())))
+    catalogue = Catalogue(len(sources), sum(1 for s in sources if s.box is not None and s.clipped),
+                          tuple(s.entry(None, 0, None) for s in sources if s.box is None), tuple(kept.values()))
+    return Handout(job, per_rank, catalogue)
 
 
 def outputs_cube(layout, info) -> dict:
@@ -134,6 +140,7 @@ def cutouts(comm, cfg: RunConfig) -> dict | None:
     # shared rounds would otherwise wait for): seconds of imports, all ranks at once.
     preload(rank, ROOT_MODULES, ("ingest.outputs.cutout_headers", *method_modules(cfg.resolved_method, cfg.engine)))
     job, mine, catalogue = root_step_with_crew(comm, prepare, cfg, topology(comm))
+    return_freed_heap()  # the catalogue's conversion on rank 0 leaves its freed heap behind
     prep_s = MPI.Wtime() - t_start
     bar = Progress(cfg, comm, job.n_todo) if rank == 0 else None
     reporter = Reporter(comm) if rank != 0 else None
@@ -169,7 +176,7 @@ def cutouts(comm, cfg: RunConfig) -> dict | None:
 
 
 def _report(cfg, job: CutoutJob, catalogue: Catalogue, done, records, makespan_s: float, prep_s: float) -> dict:
-    skipped = [s.entry(None, 0, None) for s in catalogue.sources if s.box is None]
+    skipped = list(catalogue.skipped)
     requests = sum(r["requests"] for r in records)
     wire = sum(r["bytes_wire"] for r in records)
     n = max(1, len(done))
@@ -186,10 +193,10 @@ def _report(cfg, job: CutoutJob, catalogue: Catalogue, done, records, makespan_s
                            for m in ("stream", "spans")},
                  "read_share_of_data": wire / max(1, job.layout.data_bytes),
                  "buffer_bytes_max": max((r.get("buffer_bytes_max", 0) for r in records), default=0)},
-        "totals": {"sources": len(catalogue.sources), "done": len(done), "kept": len(catalogue.kept), "skipped": len(skipped),
+        "totals": {"sources": catalogue.n_sources, "done": len(done), "kept": len(catalogue.kept), "skipped": len(skipped),
                    "requests": requests, "bytes_wire": wire, "bytes_needed": sum(r["bytes_needed"] for r in records),
                    "requests_per_source": requests / n, "bytes_wire_per_source": wire / n},
-        "clipped": sum(1 for s in catalogue.sources if s.box is not None and s.clipped),
+        "clipped": catalogue.n_clipped,
         "skipped": skipped, "ranks": records,
     }
 
