@@ -131,7 +131,7 @@ def main(argv=None) -> int:
     parser.add_argument("--ranks", default="25,100", help="rank counts (default 25,100)")
     parser.add_argument("--seed", type=int, default=1, help="where the boxes fall (default 1)")
     args = parser.parse_args(argv)
-    from bench._read_once import _status_bytes
+    from bench._rank_record import status_bytes as _status_bytes
     from bench.common import counts
 
     t0 = time.perf_counter()

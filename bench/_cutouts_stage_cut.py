@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     from astropy.io import fits
 
     from bench._cutouts_setup import shifted_header
-    from bench._read_once import _status_bytes
+    from bench._rank_record import status_bytes as _status_bytes
     from ingest.staging.stage import stage_object
     from ingest.transports import open_transport
 

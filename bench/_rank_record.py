@@ -23,3 +23,15 @@ def write_rank_record(out_dir: str | None, record: dict) -> None:
     with open(path + ".tmp", "w") as f:
         json.dump(record, f)
     os.replace(path + ".tmp", path)
+
+
+def status_bytes(field: str) -> int | None:
+    """A '... kB' field of /proc/self/status (VmRSS, VmHWM) in bytes; None where there is none."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None

@@ -20,6 +20,7 @@ import boto3  # noqa: F401 - part of the baseline: every read process has it loa
 import numpy as np  # noqa: F401
 
 import ingest
+from bench._rank_record import status_bytes as _status_bytes
 
 SOURCE_ENV = "INGEST_BENCH_SOURCE"
 
@@ -34,18 +35,6 @@ def parse_region(text: str) -> tuple:
         else:
             region.append(int(part))
     return tuple(region)
-
-
-def _status_bytes(field: str) -> int | None:
-    """A '... kB' field of /proc/self/status (VmRSS, VmHWM) in bytes."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def main(argv=None) -> int:

@@ -17,6 +17,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ingest.atomic import DurableBatch
+from ingest.buffers import return_freed_heap
 from ingest.config import RunConfig
 from ingest.config.settings import retry_policy, transport_options
 from ingest.core.cutplan import box_bytes
@@ -108,6 +109,7 @@ def _stream(transport, job, cfg: RunConfig, sources, write, finisher: _Finisher,
     plan = plan_stripe(layout, boxes, split=job.split_axis, budget_bytes=cfg.cutout_batch_bytes,
                        max_gap_bytes=job.max_gap_bytes, chunk_bytes=s.chunk_bytes, cost=s.cost, threads=s.threads)
     tally.plan, tally.memory_bound_bytes = plan, plan.memory_bytes
+    return_freed_heap()  # the plan's per-source temporaries: freed, but in RSS under the buffer
     buffer = np.empty(plan.buffer_bytes, np.uint8)
     partials = {}
     for band in plan.bands:
