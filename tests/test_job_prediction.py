@@ -9,7 +9,7 @@ import pytest
 
 from ingest.core.sharing import (CONNECTION, CORES, CPU, EGRESS, LATENCY, NODE_CPU, NODE_PIPE, RANK_LINK, REQUESTS,
                                  STARTUP)
-from ingest.driver.probe_rounds import SMALL_WAVES
+from ingest.driver.probe_rounds import SHARED_BUDGET_FRACTION, SMALL_WAVES
 from tests.mpitools import child_env, cli, mpiexec, upload_fits_cube
 
 TERMS = {LATENCY, CPU, CONNECTION, RANK_LINK, NODE_PIPE, NODE_CPU, EGRESS, REQUESTS, CORES, STARTUP}
@@ -45,6 +45,29 @@ def test_four_ranks_measure_what_they_share_and_the_report_says_what_binds(cube,
     kept = json.loads((tmp_path / "links.json").read_text())
     (entry,) = kept.values()
     assert "probe" in entry and "shared" in entry
+
+
+def test_the_next_job_is_priced_with_what_the_ranks_shared_when_measuring_again_outweighs_it(cube, s3_server,
+                                                                                             tmp_path):
+    """The rounds' cost is kept with what they measured; a later job on the endpoint whose budget
+    for them (SHARED_BUDGET_FRACTION of its predicted time) is less runs none and says so."""
+    env = child_env(s3_server, INGEST_LINK_CACHE=str(tmp_path / "links.json"))
+    settings = []
+    for k in range(2):
+        report_path = tmp_path / f"report{k}.json"
+        proc, _ = mpiexec(4, ["run", "--source", cube["s3"], "--report", report_path, "--no-progress"], env)
+        assert proc.returncode == 0, proc.stderr
+        settings.append(json.loads(report_path.read_text())["settings"])
+    first, second = settings
+    (node_round,) = first["shared_rounds"]
+    rounds_s = first["tuning"]["shared"]["rounds_s"]
+    (entry,) = json.loads((tmp_path / "links.json").read_text()).values()
+    assert entry["shared"]["rounds_s"] == rounds_s >= node_round["wall_s"] > 0
+    # 4 ranks' barriers, clients and reads take longer than 6 % of a 64 MiB read on loopback
+    assert rounds_s > SHARED_BUDGET_FRACTION * second["tuning"]["predicted_s"], (rounds_s, second["tuning"])
+    assert second["shared_rounds"] == []
+    assert second["prediction"]["shared_source"].startswith("cached measurement of")
+    assert second["tuning"]["shared"]["node_bytes_per_s"] == first["tuning"]["shared"]["node_bytes_per_s"]
 
 
 def test_plan_predicts_a_job_of_n_ranks_on_m_nodes(cube, s3_server):

@@ -189,20 +189,31 @@ def test_rank_1_of_a_run_never_loads_astropy(cubes, s3_server, tmp_path):
 
 @pytest.mark.parametrize("method, engine, client", [("s3", "urllib3", "boto3"), ("s3", "auto", "boto3"),
                                                     ("presigned", "urllib3", "urllib3"), ("posix", "auto", None)])
-def test_what_a_waiting_rank_preloads_is_its_methods_client_and_no_other(method, engine, client):
-    """The modules a rank imports while rank 0 prepares (ingest.transports.method_modules) load the
-    client its method reads with, and none of the others: a presigned rank never loads boto3."""
+def test_what_a_waiting_rank_readies_is_its_methods_client_and_no_other(method, engine, client):
+    """What a rank readies while rank 0 prepares (ingest.transports.warm_up) loads the client its
+    method reads with, and none of the others: a presigned rank never loads boto3. An S3 rank makes
+    its boto3 client then, and the job's own open later makes none."""
+    source = {"s3": "s3://bucket/cube.fits", "presigned": "http://127.0.0.1:9/cube.fits", "posix": "/tmp/cube.fits"}
     code = f"""
 import json, sys
-from importlib import import_module
-from ingest.transports import method_modules
-for name in method_modules({method!r}, {engine!r}):
-    import_module(name)
-print(json.dumps({LOADED}))
+from ingest.transports import open_transport, warm_up
+options = dict(engine={engine!r}, endpoint_url="http://127.0.0.1:9")
+warm_up({source[method]!r}, {method!r}, **options)
+loaded = {LOADED}
+clients = sys.modules.get("ingest.transports.s3client")
+made = len(clients._CLIENTS) if clients else 0
+if {method!r} == "s3":
+    with open_transport({source[method]!r}, "s3", threads=8, **options):
+        pass
+print(json.dumps([loaded, made, len(clients._CLIENTS) if clients else 0]))
 """
-    loaded = set(json.loads(_python(code, child_env()).stdout))
+    env = child_env(AWS_ACCESS_KEY_ID="k", AWS_SECRET_ACCESS_KEY="s", AWS_DEFAULT_REGION="us-east-1")
+    loaded, made, after_open = json.loads(_python(code, env).stdout)
+    loaded = set(loaded)
     assert not loaded & set(HEAVY) - {"boto3", "botocore"}, loaded
     if client is not None:
         assert client in loaded, loaded
     if method != "s3":
         assert not loaded & {"boto3", "botocore"}, loaded
+    else:
+        assert made == after_open == 1

@@ -117,6 +117,9 @@ class SharedCapacity:
     egress_request_s: float = 0.0
     # The most nodes a round had reading at once: an egress that binds only beyond them is unseen.
     nodes_seen: int = 0
+    # What the rounds that measured these took rank 0, its ranks' start-up and barriers included:
+    # whether measuring again repays a job (ingest.driver.job.tune_for_job).
+    rounds_s: float = 0.0
 
     @property
     def node_term(self) -> str:
@@ -126,7 +129,8 @@ class SharedCapacity:
         return {"node_bytes_per_s": self.node_bytes_per_s, "egress_bytes_per_s": self.egress_bytes_per_s,
                 "node_cpu_bound": self.node_cpu_bound, "requests_per_s": self.requests_per_s,
                 "startup_s": self.startup_s, "node_request_s": self.node_request_s,
-                "egress_request_s": self.egress_request_s, "nodes_seen": self.nodes_seen, "source": self.source}
+                "egress_request_s": self.egress_request_s, "nodes_seen": self.nodes_seen, "rounds_s": self.rounds_s,
+                "source": self.source}
 
     @classmethod
     def from_dict(cls, record: dict, source: str) -> "SharedCapacity":
@@ -135,7 +139,8 @@ class SharedCapacity:
         return cls(record.get("node_bytes_per_s"), record.get("egress_bytes_per_s"),
                    bool(record.get("node_cpu_bound")), source, record.get("requests_per_s"),
                    record.get("startup_s") or 0.0, record.get("node_request_s") or 0.0,
-                   record.get("egress_request_s") or 0.0, int(record.get("nodes_seen") or 0))
+                   record.get("egress_request_s") or 0.0, int(record.get("nodes_seen") or 0),
+                   float(record.get("rounds_s") or 0.0))
 
 
 def share_cost(cost: CostModel, shared: SharedCapacity, topology: Topology) -> CostModel:

@@ -18,7 +18,7 @@ from ingest.driver.mpi import all_agree_or_raise, root_step, topology
 from ingest.driver.probe_rounds import root_step_with_crew
 from ingest.driver.rootwork import building_report, gather_to_root, ledger, preload, start_ledger
 from ingest.errors import ConfigError
-from ingest.transports import method_modules
+from ingest.driver.source import ready_to_read
 from ingest.staging.tools import check_stage_with
 from ingest.api.options import refuse_unknown
 
@@ -115,7 +115,7 @@ def run(comm, cfg: RunConfig | Mapping | None = None, **options) -> RankResult:
     rank = comm.Get_rank()
     if cfg.compare == "staging":
         root_step(comm, check_stage_with, cfg.stage_with, cfg.source)  # before the direct read, not after
-    preload(rank, (), method_modules(cfg.resolved_method, cfg.engine))  # the others' client, while rank 0 prepares
+    preload(rank, (), lambda: ready_to_read(cfg))  # the others' client, while rank 0 prepares
     job = root_step_with_crew(comm, prepare_job, cfg, topology(comm), cfg.compare == "staging")
     if rank == 0:
         print(f"ingest: {job.layout.source}: shape {job.layout.shape} {job.layout.raw_dtype.str}, "
@@ -184,7 +184,7 @@ def stage(comm, cfg: RunConfig | Mapping | None = None, **options) -> dict | Non
         raise ConfigError("stage_dir: required for `stage` (a directory on the shared filesystem)")
     start_ledger()
     root_step(comm, check_stage_with, cfg.stage_with, cfg.source)  # a bad tool fails before any data moves
-    preload(comm.Get_rank(), (), method_modules(cfg.resolved_method, cfg.engine))
+    preload(comm.Get_rank(), (), lambda: ready_to_read(cfg))
     job = root_step_with_crew(comm, prepare_job, cfg, topology(comm), True)
     result = measure_staging(comm, cfg, job)
     if comm.Get_rank() != 0:

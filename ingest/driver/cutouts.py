@@ -30,11 +30,11 @@ from ingest.driver.job import tune_for_job
 from ingest.driver.mpi import Handout, all_agree_or_raise, root_step, topology
 from ingest.driver.probe_rounds import root_step_with_crew
 from ingest.driver.rootwork import building_report, gather_to_root, ledger, preload, start_ledger
-from ingest.driver.source import ensure_lifetime, resolve_source
+from ingest.driver.source import ensure_lifetime, ready_to_read, resolve_source
 from ingest.formats.reader import read_any_layout_timed
 from ingest.outputs import cutouts as outputs
 from ingest.outputs.report import cube_from_layout, write_report
-from ingest.transports import method_modules, open_transport
+from ingest.transports import open_transport
 
 REPORT_SCHEMA = "ingest.cutouts-report/1"
 # What rank 0's prepare imports for any catalogue (the header's parser, the table reader, the
@@ -138,7 +138,7 @@ def cutouts(comm, cfg: RunConfig) -> dict | None:
     # Rank 0 loads what reads the header, the catalogue and the sky (astropy), the others what
     # they write with (astropy's FITS cards) and read with (their method's client, which rank 0's
     # shared rounds would otherwise wait for): seconds of imports, all ranks at once.
-    preload(rank, ROOT_MODULES, ("ingest.outputs.cutout_headers", *method_modules(cfg.resolved_method, cfg.engine)))
+    preload(rank, ROOT_MODULES, lambda: ready_to_read(cfg, "ingest.outputs.cutout_headers"))
     job, mine, catalogue = root_step_with_crew(comm, prepare, cfg, topology(comm))
     return_freed_heap()  # the catalogue's conversion on rank 0 leaves its freed heap behind
     prep_s = MPI.Wtime() - t_start

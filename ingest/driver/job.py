@@ -19,7 +19,7 @@ from ingest.core.layout import Layout
 from ingest.core.linkprobe import LATENCY_THREADS
 from ingest.core.regions import assign_regions, parse_min_overlap, parse_region_shape, s2p_regions, take_first
 from ingest.core.selection import box_to_region, normalize, parse_region
-from ingest.core.sharing import JobPrediction, RankLoad, Topology, predict_job
+from ingest.core.sharing import JobPrediction, RankLoad, SharedCapacity, Topology, predict_job
 from ingest.engine import linkcache
 from ingest.engine.autotune import data_span, first_look_bytes
 from ingest.driver.rootwork import Clock, note_measuring
@@ -215,19 +215,31 @@ def tune_for_job(cfg: RunConfig, transport: Transport, layout: Layout, header, t
     # No ranks at hand, or a read too small to repay a probe, and no nodes to look across.
     if crew is None or (settings.probe is None and not look_bytes):
         return settings, ()
-    from ingest.driver.probe_rounds import measure_shared
+    from ingest.driver.probe_rounds import SHARED_BUDGET_FRACTION, measure_shared
 
+    # What the ranks share was measured on this endpoint before, and measuring it again costs
+    # more than its budget of this job (the rounds' start-up and barriers: 0.1-0.2 s of a 0.4 s
+    # job on 2 ranks): the job is priced with what was measured (tune_read took it from the cache).
+    if not look_bytes and _rounds_outweigh(settings.shared, SHARED_BUDGET_FRACTION * settings.tuning.predicted_s):
+        return settings, ()
     options = rank_transport_options(cfg, method, transport.environment)
     clock = Clock()
     measured = measure_shared(crew, topology, settings, source=read_source, method=method,
                               options=options, info=transport.info, span=data_span(layout),
                               predicted_s=settings.tuning.predicted_s, look_bytes=look_bytes)
-    note_measuring(*clock.elapsed())
+    wall_s, cpu_s = clock.elapsed()
+    note_measuring(wall_s, cpu_s)
     if measured is None:
         return settings, ()
     shared, alone, rounds = measured
+    shared = replace(shared, rounds_s=wall_s)
     linkcache.remember(transport.endpoint, shared=shared)
     return settings_for_job(cfg, settings, layout, sel, shared, topology, alone=alone), rounds
+
+
+def _rounds_outweigh(shared: SharedCapacity | None, budget_s: float) -> bool:
+    """Is `shared` a measurement kept from an earlier job whose rounds took longer than `budget_s`?"""
+    return shared is not None and linkcache.is_recalled(shared.source) and shared.rounds_s > budget_s
 
 
 def across_nodes_bytes(settings: Settings, layout: Layout, sel, topology: Topology) -> int:

@@ -22,7 +22,7 @@ from ingest.driver.mpi import all_agree_or_raise, quiet_allgather, root_step, to
 from ingest.driver.probe_rounds import root_step_with_crew
 from ingest.driver.rootwork import building_report, gather_to_root, ledger, preload, start_ledger
 from ingest.driver.read import read_rank_regions
-from ingest.driver.source import ensure_lifetime, resolve_source
+from ingest.driver.source import ensure_lifetime, ready_to_read, resolve_source
 from ingest.errors import ConfigError, IngestError
 from ingest.formats.reader import read_any_layout
 from ingest.transports.retry import read_with_retries
@@ -30,7 +30,7 @@ from ingest.staging.stage import check_space
 from ingest.core.lattice import Plan
 from ingest.core.plan import box_lattice
 from ingest.engine.destination import compact_file, crc32_of, mirror_file
-from ingest.transports import method_modules, open_transport
+from ingest.transports import open_transport
 from ingest.outputs import manifest as manifests
 from ingest.outputs import prestage_files as files
 
@@ -360,7 +360,7 @@ def prestage(comm, cfg: RunConfig) -> dict | None:
         raise ConfigError("output_dir: required for `prestage` (the directory the pipeline reads from)")
     start_ledger()
     rank, size = comm.Get_rank(), comm.Get_size()
-    preload(rank, (), method_modules(cfg.resolved_method, cfg.engine))  # the others' client, while rank 0 prepares
+    preload(rank, (), lambda: ready_to_read(cfg))  # the others' client, while rank 0 prepares
     job = root_step_with_crew(comm, prepare_job, cfg, topology(comm), cfg.compare == "staging", False,
                               room=lambda job_bytes: _room_before_data(cfg, job_bytes))
     stage = root_step(comm, _prepare, cfg, job, size)

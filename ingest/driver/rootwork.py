@@ -111,12 +111,13 @@ def gather_to_root(comm, obj):
     return gathered
 
 
-def preload(rank: int, root_modules=(), other_modules=()) -> None:
+def preload(rank: int, root_modules=(), others=None) -> None:
     """Before a command's first step: rank 0 imports `root_modules` (what its steps use), timed
-    into the ledger's `starting_s`; every other rank imports `other_modules` meanwhile."""
+    into the ledger's `starting_s`; every other rank calls `others()` meanwhile (what its first
+    read needs: ingest.driver.source.ready_to_read)."""
     if rank != 0:
-        for name in other_modules:
-            importlib.import_module(name)
+        if others is not None:
+            others()
         return
     clock = Clock()
     for name in root_modules:

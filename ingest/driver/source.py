@@ -1,14 +1,25 @@
 """Where the bytes come from: presign an s3:// source for the presigned method, and make sure a
 URL outlives the run (re-sign when this process has credentials, refuse when already expired,
-warn otherwise). Runs on rank 0 only.
+warn otherwise), on rank 0; meanwhile, every other rank readies what its first read needs.
 """
 from __future__ import annotations
 
 import sys
 from datetime import datetime, timezone
+from importlib import import_module
 
 from ingest.config import RunConfig
+from ingest.config.settings import transport_options
 from ingest.errors import ConfigError, ExpiredURLError
+from ingest.transports import warm_up
+
+
+def ready_to_read(cfg: RunConfig, *modules: str) -> None:
+    """A rank waiting while rank 0 prepares: import `modules` (what it writes with) and ready its
+    method's client (ingest.transports.warm_up), so that they cost no one a wait later."""
+    for name in modules:
+        import_module(name)
+    warm_up(cfg.source, cfg.resolved_method, **transport_options(cfg))
 
 
 def resolve_source(cfg: RunConfig) -> tuple[str, str, tuple | None]:
