@@ -78,8 +78,11 @@ def ingest_cutouts(env: common.BenchEnv, cube: common.Cube, profile: str, catalo
     cmd = mpirun.python_command(ranks, [rank_peak, *ingest_args(cube, catalogue, size, out_dir, report_path,
                                                                 endpoint, extra)])
     info["command"] = mpirun.shown(cmd)
-    status, done, wall_s = _run_child(cmd, {**env.env(), **mpirun.MPI_ENV, "INGEST_BENCH_PEAK_DIR": peak_dir},
-                                      timeout_s)
+    # Each tree keeps its own link cache, over the cells' rounds as a user's jobs keep theirs: one
+    # version's records do not steer (or, written without a field, undo) the other's.
+    links = os.path.join(env.cache_dir, "links-reference.json" if tree else "links.json")
+    status, done, wall_s = _run_child(cmd, {**env.env(), **mpirun.MPI_ENV, "INGEST_BENCH_PEAK_DIR": peak_dir,
+                                            "INGEST_LINK_CACHE": links}, timeout_s)
     if status == "timeout":
         return {"status": status, "wall_s": wall_s, "wall_per_source_s": wall_s / max(1, n_boxes),
                 "error": f"stopped after {timeout_s:.0f} s (--timeout-s)"}
@@ -100,6 +103,8 @@ def ingest_cutouts(env: common.BenchEnv, cube: common.Cube, profile: str, catalo
     done_n = max(1, totals["done"])
     return {"status": "ok", "wall_s": wall_s, "makespan_s": report["makespan_s"],
             "rank0_prepare_s": report["rank0_prepare_s"], "rank0_gather_s": report.get("rank0_gather_s"),
+            "rank0_measuring_s": (report.get("root") or {}).get("measuring_s"),
+            "shared_source": settings.get("prediction", {}).get("shared_source"),
             "sources": totals["sources"], "done": totals["done"], "skipped": totals.get("skipped", 0),
             "requests": totals["requests"], "bytes_wire": totals["bytes_wire"], "bytes_needed": totals["bytes_needed"],
             "requests_per_source": totals["requests_per_source"],

@@ -14,9 +14,10 @@ import sys
 import tempfile
 import time
 
+from ingest.testbed.mpilaunch import LOCAL_MPI_ENV
+
 RANK_PEAK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_rank_peak.py")
-MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+MPI_ENV = {**LOCAL_MPI_ENV, "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 
 
 def mpiexec_available() -> bool:

@@ -9,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_pml='^cm'   # skip Open MPI's PSM/OFI probe at every launch: ingest/testbed/mpilaunch.py
 shape=${DEMO_SHAPE:-512x512x256}   # FITS order x,y,z: 256 MiB of float32
 ranks=${DEMO_RANKS:-1,2,4}
 repeats=${DEMO_REPEATS:-3}

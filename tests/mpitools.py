@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from astropy.io import fits
 
+from ingest.testbed.mpilaunch import LOCAL_MPI_ENV
 from ingest.testbed.synth import write_cube
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -65,7 +66,7 @@ def child_env(s3_server=None, **extra) -> dict:
            if not k.startswith(_STEERING_PREFIXES) and k.lower() not in PROXY_VARS}
     if s3_server is not None:
         env.update(s3_server.env())
-    env.update(PYTHONPATH=ROOT, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env.update(LOCAL_MPI_ENV, PYTHONPATH=ROOT)
     env.update(extra)
     return env
 
@@ -98,7 +99,7 @@ def launcher(n, family="openmpi") -> list[str]:
 def family_env(env: dict, family="openmpi") -> dict:
     """`env` plus what ranks of `family` need: root's permission for Open MPI's mpiexec; for MPICH,
     mpi4py's ABI choice and the library directory (mpich_libdir)."""
-    env = {**env, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "PYTHONPATH": ROOT}
+    env = {**env, **LOCAL_MPI_ENV, "PYTHONPATH": ROOT}
     if family == "mpich":
         path = [mpich_libdir(), *filter(None, env.get("LD_LIBRARY_PATH", "").split(os.pathsep))]
         env.update(MPI4PY_MPIABI="mpich", LD_LIBRARY_PATH=os.pathsep.join(path))

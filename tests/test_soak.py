@@ -17,13 +17,14 @@ from ingest.cli import soak as soak_cli
 from ingest.study import children, soak
 from ingest.errors import ConfigError
 from ingest.transports.presign import presign_url
+from ingest.testbed.mpilaunch import LOCAL_MPI_ENV
 from ingest.testbed.synth import write_cube
 from tests.proctools import processes
 
 SHAPE = (16, 32, 32)  # numpy order; float32: 64 KiB of data, so a run is all startup
 DATA_BYTES = 16 * 32 * 32 * 4
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+MPI_ENV = LOCAL_MPI_ENV
 
 
 @pytest.fixture(scope="module")
