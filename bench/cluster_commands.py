@@ -63,6 +63,7 @@ from ingest.study.summary import row_limit
 from ingest.testbed.cluster import Cluster, unavailable_reason
 from ingest.testbed.cluster.limits import STORE_EGRESS, spec_limit
 from ingest.testbed.cluster.netns import call_in_netns
+from ingest.testbed.mpilaunch import LOCAL_MPI_ENV
 from ingest.testbed.signals import unwind_on_signals
 from ingest.testbed.synth import write_cube
 
@@ -181,7 +182,7 @@ class Setting:
     def env(self) -> dict:
         # Nothing of this shell's AWS or MPI settings steers the ranks: the cluster's store, root's permission.
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "OMPI_", "PMIX_"))}
-        return {**env, **self.cluster.env(), "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+        return {**env, **self.cluster.env(), **LOCAL_MPI_ENV}
 
     def store_digest(self, key: str) -> tuple[str, int]:
         """(SHA-256, bytes) of an object, read on the store's own loopback (unshaped, outside any cell)."""

@@ -142,6 +142,7 @@ def _cluster(cfg: StudyConfig, out_dir: str, stack: ExitStack) -> Setting:
     """Build the emulated cluster of cfg.cluster and upload the synthetic cube into its store
     (kept in DIR/embedded, so a resumed study uploads the same cube into its new cluster)."""
     from ingest.testbed.cluster import Cluster
+    from ingest.testbed.mpilaunch import LOCAL_MPI_ENV
     from ingest.testbed.synth import parse_fits_shape, write_cube
 
     emb = cfg.embedded
@@ -154,7 +155,7 @@ def _cluster(cfg: StudyConfig, out_dir: str, stack: ExitStack) -> Setting:
     source = cluster.put_file(cube_path, emb["key"])
     # as Cluster.mpiexec: no AWS_*, OMPI_*, PMIX_* of ours (they would steer the ranks elsewhere)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "OMPI_", "PMIX_"))}
-    env.update(cluster.env(), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env.update(cluster.env(), **LOCAL_MPI_ENV)
     return Setting(source, env, {}, stack, cluster=cluster, local_cube=cube_path)
 
 

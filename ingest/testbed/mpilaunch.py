@@ -1,5 +1,6 @@
 """The environment this repository's own launches give Open MPI's ranks on one machine: the tests,
-the benchmarks and the demo (docs/install-cluster.md, "Start-up", says what a site sets).
+the benchmarks, the demo and the emulated cluster's nodes (docs/install-cluster.md, section 6,
+says what a site sets).
 
 - Root may run ranks: the suite runs as root in CI, and Open MPI refuses root without both.
 - `pml ^cm`: at every MPI_Init, Open MPI's `cm` PML probes its PSM, PSM2 and libfabric MTLs. On a

@@ -36,6 +36,7 @@ from ingest.testbed.cluster.slurm import Slurm
 from ingest.testbed.cluster.slurm import missing_tools as slurm_missing_tools
 from ingest.testbed.cluster.spec import ClusterSpec
 from ingest.testbed.localserver import find_tool
+from ingest.testbed.mpilaunch import LOCAL_MPI_ENV
 
 SUBNET = "10.23.0.0/24"  # private to the hub's bridge: no route leaves the namespaces
 HUB_IP, STORE_IP, FS_IP = "10.23.0.1", "10.23.0.2", "10.23.0.3"
@@ -260,7 +261,7 @@ class Cluster:
     def _run(self, make_command, args, n_ranks, env, timeout_s, python_args) -> subprocess.CompletedProcess:
         # Nothing from a surrounding job (an allocation's SLURM_*, a user's OMPI_*) may steer these ranks.
         child_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "OMPI_", "PMIX_", "SLURM_"))}
-        child_env.update(self.env(), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        child_env.update(self.env(), **LOCAL_MPI_ENV)
         child_env.update(env or {})
         cmd = make_command([sys.executable, *python_args, *map(str, args)], n_ranks)
         return subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=timeout_s,
