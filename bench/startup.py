@@ -39,6 +39,7 @@ if __package__ in (None, ""):  # run as a file (python bench/startup.py): make `
 
 from bench import common, mpirun
 from bench._rank_startup import LAUNCH_ENV, STARTUP_DIR_ENV
+from ingest.cli.main import BLAS_THREADS_DEFAULTS
 from ingest.units import MiB
 
 NAME = "startup"
@@ -118,7 +119,8 @@ def replay_import(modules: list[str], env: dict, workdir: str) -> dict:
     path = os.path.join(workdir, "modules.json")
     with open(path, "w") as f:
         json.dump([m for m in modules if m != "__main__" and m.split(".")[0] != "mpi4py"], f)
-    return _profile(_python(_REPLAY, env, path, importtime=True))
+    # as the rank's own process had it: `python -m ingest` sets numpy's BLAS threads before importing it
+    return _profile(_python(_REPLAY, {**BLAS_THREADS_DEFAULTS, **env}, path, importtime=True))
 
 
 def launch(n_ranks: int, run_args: list[str], env: dict, workdir: str) -> list[dict]:

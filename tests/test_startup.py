@@ -217,3 +217,32 @@ print(json.dumps([loaded, made, len(clients._CLIENTS) if clients else 0]))
         assert not loaded & {"boto3", "botocore"}, loaded
     else:
         assert made == after_open == 1
+
+
+@pytest.mark.parametrize("given", [None, "2"])
+def test_a_commands_numpy_starts_one_blas_thread_unless_the_user_says(given):
+    """numpy's BLAS starts a thread per core at import; a command's process (every rank) does no
+    linear algebra, so `main` sets one before a command imports numpy, keeping a value the user set."""
+    code = """
+import json, os, sys
+from ingest.cli.main import main
+before = "numpy" in sys.modules
+try:
+    main(["info", "--help"])
+except SystemExit:
+    pass
+import numpy
+status = open("/proc/self/status").read()
+threads = int(status.split("Threads:")[1].split()[0])
+print(json.dumps([before, os.environ.get("OPENBLAS_NUM_THREADS"), threads]))
+"""
+    env = child_env()
+    env.pop("OPENBLAS_NUM_THREADS", None)
+    env.pop("MKL_NUM_THREADS", None)
+    if given:
+        env["OPENBLAS_NUM_THREADS"] = given
+    before, value, threads = json.loads(_python(code, env).stdout.splitlines()[-1])
+    assert not before
+    assert value == (given or "1")
+    if not given:
+        assert threads == 1
