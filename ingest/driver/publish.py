@@ -15,7 +15,7 @@ no partial object and no orphan upload remains, unless `resume` was asked for: t
 is kept and the same command with --resume lists its parts, checks each against the bytes it
 would upload (CRC32, or the ETag as MD5) and uploads only the others. A rank that dies outright
 makes the launcher end the job: rank 0 catches the SIGTERM that comes before the SIGKILL (about
-1 s with Open MPI) and aborts the upload then (unless resume). If rank 0 itself is killed, the
+1 s with Open MPI) and aborts the upload then (unless resume), while the other ranks ignore it. If rank 0 itself is killed, the
 upload stays unfinished; the next publish of the key says so (--resume or --overwrite).
 Every message names the rank, the part and the key.
 """
@@ -171,7 +171,7 @@ def _upload(comm, cfg: RunConfig, plan: Plan, holdings: dict, upload, client, t0
     from mpi4py import MPI
 
     rank = comm.Get_rank()
-    restore = _catch_sigterm() if rank == 0 else None
+    restore = _catch_sigterm(rank)
     abandoned = [False]
 
     def abandon() -> str:
@@ -320,14 +320,17 @@ def _progress(cfg: RunConfig, plan: Plan):
     return _Progress(plan) if cfg.progress and sys.stderr.isatty() else None
 
 
-def _catch_sigterm():
+def _catch_sigterm(rank: int):
     """Rank 0: turn SIGTERM into an exception in the main thread, so the upload is aborted in the
-    second the launcher leaves before SIGKILL. Returns the function that puts the old handler back."""
+    second the launcher leaves before SIGKILL. The other ranks ignore SIGTERM meanwhile: a rank
+    that dies of it makes Open MPI's mpiexec kill the rest at once, rank 0 in the middle of its
+    abort (a 3-rank job lost its whole second that way); they end at the SIGKILL, or at rank 0's
+    MPI Abort. Returns the function that puts the old handler back."""
     if threading.current_thread() is not threading.main_thread():
         return None  # signals reach the main thread only; a caller on another thread keeps its own handling
 
     def interrupted(signum, frame):
         raise _Interrupted("rank 0: interrupted by SIGTERM (a rank died, or the job was cancelled)")
 
-    previous = signal.signal(signal.SIGTERM, interrupted)
+    previous = signal.signal(signal.SIGTERM, interrupted if rank == 0 else signal.SIG_IGN)
     return lambda: signal.signal(signal.SIGTERM, previous)
