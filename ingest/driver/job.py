@@ -19,7 +19,7 @@ from ingest.core.layout import Layout
 from ingest.core.linkprobe import LATENCY_THREADS
 from ingest.core.regions import assign_regions, parse_min_overlap, parse_region_shape, s2p_regions, take_first
 from ingest.core.selection import box_to_region, normalize, parse_region
-from ingest.core.sharing import JobPrediction, RankLoad, SharedCapacity, Topology, predict_job
+from ingest.core.sharing import JobPrediction, RankLoad, Topology, predict_job
 from ingest.engine import linkcache
 from ingest.engine.autotune import data_span, first_look_bytes
 from ingest.driver.rootwork import Clock, note_measuring
@@ -220,7 +220,9 @@ def tune_for_job(cfg: RunConfig, transport: Transport, layout: Layout, header, t
     # What the ranks share was measured on this endpoint before, and measuring it again costs
     # more than its budget of this job (the rounds' start-up and barriers: 0.1-0.2 s of a 0.4 s
     # job on 2 ranks): the job is priced with what was measured (tune_read took it from the cache).
-    if not look_bytes and _rounds_outweigh(settings.shared, SHARED_BUDGET_FRACTION * settings.tuning.predicted_s):
+    # (Only rounds set rounds_s, and only the cache brings one back before this job's own rounds.)
+    budget_s = SHARED_BUDGET_FRACTION * settings.tuning.predicted_s
+    if not look_bytes and settings.shared is not None and settings.shared.rounds_s > budget_s:
         return settings, ()
     options = rank_transport_options(cfg, method, transport.environment)
     clock = Clock()
@@ -235,11 +237,6 @@ def tune_for_job(cfg: RunConfig, transport: Transport, layout: Layout, header, t
     shared = replace(shared, rounds_s=wall_s)
     linkcache.remember(transport.endpoint, shared=shared)
     return settings_for_job(cfg, settings, layout, sel, shared, topology, alone=alone), rounds
-
-
-def _rounds_outweigh(shared: SharedCapacity | None, budget_s: float) -> bool:
-    """Is `shared` a measurement kept from an earlier job whose rounds took longer than `budget_s`?"""
-    return shared is not None and linkcache.is_recalled(shared.source) and shared.rounds_s > budget_s
 
 
 def across_nodes_bytes(settings: Settings, layout: Layout, sel, topology: Topology) -> int:

@@ -15,8 +15,9 @@ no partial object and no orphan upload remains, unless `resume` was asked for: t
 is kept and the same command with --resume lists its parts, checks each against the bytes it
 would upload (CRC32, or the ETag as MD5) and uploads only the others. A rank that dies outright
 makes the launcher end the job: rank 0 catches the SIGTERM that comes before the SIGKILL (about
-1 s with Open MPI) and aborts the upload then (unless resume), while the other ranks ignore it. If rank 0 itself is killed, the
-upload stays unfinished; the next publish of the key says so (--resume or --overwrite).
+1 s with Open MPI) and aborts the upload then (unless resume), while the other ranks ignore it.
+If rank 0 itself is killed, the upload stays unfinished; the next publish of the key says so
+(--resume or --overwrite).
 Every message names the rank, the part and the key.
 """
 from __future__ import annotations

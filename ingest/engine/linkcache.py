@@ -52,17 +52,9 @@ class Recalled:
         return described(self.endpoint, self.age_s)
 
 
-_DESCRIBED = "cached measurement of "
-
-
 def described(endpoint: str, age_s: float) -> str:
     """How the tuner's reason names a cached measurement: the endpoint and the age."""
-    return f"{_DESCRIBED}{endpoint} from {format_age(age_s)} ago"
-
-
-def is_recalled(source: str) -> bool:
-    """Does a figure's `source` say it came from this cache (`described`)?"""
-    return source.startswith(_DESCRIBED)
+    return f"cached measurement of {endpoint} from {format_age(age_s)} ago"
 
 
 def _load(path: str) -> dict:
