@@ -16,8 +16,7 @@ import sys
 from ingest.errors import IngestError
 
 # A command's process does no linear algebra, but numpy's BLAS starts a thread per core at its
-# import: 0.05 s of CPU beside a 0.06 s import on 2 cores, and on a node of 128 cores running 128
-# ranks, 16,384 threads. A value the user set is kept.
+# import: on a node of C cores running C ranks, C x C threads. A value the user set is kept.
 BLAS_THREADS_DEFAULTS = {"OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 # command name -> module that implements it (in the order --help lists them)

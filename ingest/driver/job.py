@@ -218,8 +218,8 @@ def tune_for_job(cfg: RunConfig, transport: Transport, layout: Layout, header, t
     from ingest.driver.probe_rounds import SHARED_BUDGET_FRACTION, measure_shared
 
     # What the ranks share was measured on this endpoint before, and measuring it again costs
-    # more than its budget of this job (the rounds' start-up and barriers: 0.1-0.2 s of a 0.4 s
-    # job on 2 ranks): the job is priced with what was measured (tune_read took it from the cache).
+    # more than its budget of this job (the rounds' start-up and barriers, which sizing their
+    # bytes does not count): the job is priced with what was measured (tune_read took it from the cache).
     # (Only rounds set rounds_s, and only the cache brings one back before this job's own rounds.)
     budget_s = SHARED_BUDGET_FRACTION * settings.tuning.predicted_s
     if not look_bytes and settings.shared is not None and settings.shared.rounds_s > budget_s:

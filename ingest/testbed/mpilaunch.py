@@ -4,10 +4,9 @@ says what a site sets).
 
 - Root may run ranks: the suite runs as root in CI, and Open MPI refuses root without both.
 - `pml ^cm`: at every MPI_Init, Open MPI's `cm` PML probes its PSM, PSM2 and libfabric MTLs. On a
-  node with none of those fabrics it fails them all and takes `ob1`, as without the probe; the
-  probe cost 0.20-0.22 s of a 0.43-0.47 s 2-rank launch on the 2-core machine (mpiexec -n 2 of
-  `from mpi4py import MPI`, three launches each way). A node with Omni-Path or an OFI fabric
-  wants `cm`, so this is not set for a site's jobs.
+  node with none of those fabrics it fails them all and takes `ob1`, as without the probe, so the
+  probe is start-up spent for nothing (BENCHMARKS.md, "The same cells with Open MPI's fabric probe
+  skipped"). A node with Omni-Path or an OFI fabric wants `cm`, so this is not set for a site's jobs.
 """
 from __future__ import annotations
 
