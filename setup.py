@@ -36,5 +36,5 @@ setup(
         # and as a labelled xarray.DataArray (RemoteCube.to_xarray); imported only when used
         "dask": ["dask[array]>=2023.1", "distributed>=2023.1", "xarray>=2023.1"],
     },
-    entry_points={"console_scripts": ["ingest=ingest.cli.main:main"]},
+    entry_points={"console_scripts": ["ingest=ingest.cli.main:console_main"]},
 )

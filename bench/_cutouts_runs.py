@@ -1,7 +1,8 @@
 """bench.cutouts' three candidates, each a function that cuts a catalogue's sources and returns a sample.
 
-- `ingest_cutouts`: `python -m ingest cutouts` under mpiexec (each rank through bench/_rank_peak.py,
-  so every rank's peak RSS is known), its JSON report, and its wall time from launch to exit.
+- `ingest_cutouts`: `python -m ingest cutouts` under mpiexec, or alone for one rank (each rank
+  through bench/_rank_peak.py, so every rank's peak RSS is known), its JSON report, and its wall
+  time from launch to exit.
 - `staging_baseline`: bench/_cutouts_stage_cut.py in a process of its own: stage the whole cube,
   then cut every box locally with numpy and write it with astropy.
 - `astropy_loop`: what cutout-fits does per source, for a sample of the sources: astropy opens
@@ -75,8 +76,9 @@ def ingest_cutouts(env: common.BenchEnv, cube: common.Cube, profile: str, catalo
         os.unlink(report_path)
     endpoint = None if profile == "loopback" else env.link(profile).endpoint_url
     rank_peak = os.path.join(tree, "bench", "_rank_peak.py") if tree else mpirun.RANK_PEAK
-    cmd = mpirun.python_command(ranks, [rank_peak, *ingest_args(cube, catalogue, size, out_dir, report_path,
-                                                                endpoint, extra)])
+    argv = [rank_peak, *ingest_args(cube, catalogue, size, out_dir, report_path, endpoint, extra)]
+    # One rank is one process started alone, as a user runs it (and as the staging side runs).
+    cmd = [sys.executable, *argv] if ranks == 1 else mpirun.python_command(ranks, argv)
     info["command"] = mpirun.shown(cmd)
     # Each tree keeps its own link cache, over the cells' rounds as a user's jobs keep theirs: one
     # version's records do not steer (or, written without a field, undo) the other's.

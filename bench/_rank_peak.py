@@ -33,4 +33,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ingest.cli.ending import end_process
+
+    end_process(main())  # as `python -m ingest` ends

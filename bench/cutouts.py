@@ -3,7 +3,7 @@
 One cube with a WCS on the bench server; catalogues of --counts sources spread uniformly over it,
 each source a WALLABY-sized cut-out scaled to the cube's pixels (bench/_cutouts_setup.py says
 how); on each link profile (loopback; acacia through Toxiproxy), interleaved per catalogue:
-- `ingest cutouts` under mpiexec (--ranks ranks): wall time from launch to exit, its report's
+- `ingest cutouts` under mpiexec (--ranks ranks; 1: alone): wall time from launch to exit, its report's
   makespan, requests and wire bytes per source, every rank's peak RSS against the bound the
   report states (+ 150 MB for the interpreter and libraries, as bench.memory);
 - the staging baseline: ingest's staging download of the whole cube, then every box cut with
@@ -55,7 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                       "512 MiB, --quick 64x64x48); --size-mib is not used")
     parser.add_argument("--counts", default=None, help="catalogue sizes (default 100,1000,10000; --quick 8,32)")
     parser.add_argument("--profiles", default="loopback,acacia", help="link profiles (default loopback,acacia)")
-    parser.add_argument("--ranks", type=int, default=2, help="ranks of `ingest cutouts` (default 2)")
+    parser.add_argument("--ranks", type=int, default=2,
+                        help="ranks of `ingest cutouts` under mpiexec; 1: one process started alone, no launcher "
+                             "(default 2)")
     parser.add_argument("--sample", type=int, default=None,
                         help="sources the astropy loop cuts, and every candidate's outputs are checked on "
                              "(default 8, --quick 2)")

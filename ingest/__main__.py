@@ -1,6 +1,5 @@
 """`python -m ingest ...` entry point."""
-import sys
-
+from ingest.cli.ending import end_process
 from ingest.cli.main import main
 
-sys.exit(main())
+end_process(main())

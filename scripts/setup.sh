@@ -45,6 +45,10 @@ for group in mpirun mpi "mpi-$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/nul
 done
 
 python3 -m pip install -q --disable-pip-version-check -e "$here[test,bench,dask]"
+# An editable install compiles nothing, and where bytecode cannot be written (a read-only or shared
+# filesystem, PYTHONDONTWRITEBYTECODE) every process compiles every module it imports, every time:
+# compile once, as a regular install does (docs/install-cluster.md, "Start-up").
+python3 -m compileall -q "$here/ingest" >/dev/null
 # MPICH ranks need mpi4py's PyPI wheel (4.1+), which carries a build per MPI family (MPI.mpich.*,
 # MPI.openmpi.*) and picks one at import (MPI4PY_MPIABI); a source build serves one MPI only.
 if ! python3 -c "import glob, os, mpi4py, sys; sys.exit(not glob.glob(os.path.join(os.path.dirname(mpi4py.__file__), 'MPI.mpich.*')))" 2>/dev/null; then

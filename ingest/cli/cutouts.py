@@ -5,15 +5,18 @@ from ingest.config import add_run_arguments, config_from_args
 
 
 def _cli(args) -> int:
-    # MPI starts when the job runs, not when `--help` lists the commands.
-    from ingest.driver.cutouts import cutouts
+    # MPI starts when the job runs, not when `--help` lists the commands; and before the driver's
+    # modules import it, so that it starts as world() starts it.
     from ingest.driver.mpi import root_step, run_or_abort, world
+
+    comm = world()
+    from ingest.driver.cutouts import cutouts
 
     def command(comm, parsed):
         cutouts(comm, root_step(comm, config_from_args, parsed))
         return 0
 
-    return run_or_abort(world(), command, args)
+    return run_or_abort(comm, command, args)
 
 
 def add_parser(sub) -> None:

@@ -80,5 +80,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def console_main() -> None:
+    """The `ingest` console script: main(), then the process ends as `python -m ingest` ends it."""
+    from ingest.cli.ending import end_process
+
+    end_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()
