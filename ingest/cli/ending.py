@@ -1,16 +1,15 @@
 """How a command's process ends: at once, when nothing it holds can be lost.
 
-Tearing down an interpreter that loaded numpy, astropy and botocore takes 0.1-0.15 s of a core
-(every module's objects freed one by one), and a lone process's MPI another 0.05 s in its
-finalize; on a thousand ranks, or a ten-source job, that is a visible share of the run. Once a
-command has returned, nothing of that teardown is needed: the exit handlers run, MPI is
-finalized, stdout and stderr are flushed, and the process ends with os._exit.
+Tearing down an interpreter that loaded numpy, astropy and botocore frees every module's objects
+one by one, and a lone process's MPI finalizes through its daemon: a visible share of a short job,
+on every rank (BENCHMARKS, "A lone process's MPI, and a process that ends at once"). Once a
+command has returned none of that is needed: the exit handlers run, MPI is finalized, stdout and
+stderr are flushed, and the process ends with os._exit.
 
-Teardown is what closes a file object nobody closed (and writes out its buffer). So the process
-ends at once only when it holds no regular file open for writing (beside stdout and stderr,
-flushed first, and files already deleted) and runs no thread that is not a daemon; otherwise it
-exits the ordinary way. Where /proc cannot say which files are open (not
-Linux), it always does.
+Teardown is also what closes a file object nobody closed (and writes out its buffer). So the
+process ends at once only when it holds no regular file open for writing (beside stdout and
+stderr, flushed first, and files already deleted) and runs no thread that is not a daemon;
+otherwise, or where /proc cannot tell which files are open (not Linux), it exits the ordinary way.
 """
 from __future__ import annotations
 
