@@ -72,7 +72,7 @@ RUN_TIMEOUT_S = 1200.0  # 64 ranks' start-up on this machine's 2 cores takes min
 CATALOGUE_SEED = 46
 # report["root"]'s fields a cell keeps (ingest/driver/rootwork.py), each as root_<field>
 ROOT_FIELDS = ("own_s", "own_cpu_s", "of_makespan", "cpu_of_makespan", "waiting_s", "gathers", "bytes_gathered",
-               "steps", "steps_s", "measuring_s", "gather_s", "report_s", "starting_s", "starting_cpu_s")
+               "steps", "steps_s", "measuring_s", "gather_s", "report_s", "starting_s", "starting_cpu_s", "by_step")
 
 
 def command_argv(command: str, *, url: str, shape, out_dir: str, report: str, catalogue: str | None = None,

@@ -185,6 +185,10 @@ def check_root_ledger(root: dict, makespan_s: float, gathers: int) -> dict:
     assert root["own_cpu_s"] == pytest.approx(root["steps_cpu_s"] - root["measuring_cpu_s"] + root["gather_cpu_s"]
                                               + root["report_cpu_s"])
     assert root["waiting_s"] >= 0.0 and root["own_cpu_s"] > 0.0
+    by_step = root["by_step"].values()  # the steps one by one, by their functions' names
+    assert sum(s["calls"] for s in by_step) == root["steps"]
+    assert sum(s["s"] for s in by_step) == pytest.approx(root["steps_s"])
+    assert sum(s["cpu_s"] for s in by_step) == pytest.approx(root["steps_cpu_s"])
     assert root["of_makespan"] == pytest.approx(root["own_s"] / makespan_s)
     assert root["cpu_of_makespan"] == pytest.approx(root["own_cpu_s"] / makespan_s)
     return root

@@ -79,12 +79,17 @@ def test_a_step_charges_rank_0_its_work_not_its_wait_for_late_ranks():
     # Where 64 ranks start on 2 cores, rank 0 plans long before the last rank has imported
     # Python: that wait is the others' start-up, kept apart from rank 0's own work.
     start_ledger()
-    assert root_step(_LateOthers(late_s=0.3), lambda: time.sleep(0.05) or "planned") == "planned"
+    def plan():
+        time.sleep(0.05)
+        return "planned"
+
+    assert root_step(_LateOthers(late_s=0.3), plan) == "planned"
     root = ledger().as_dict(makespan_s=1.0)
     assert root["steps"] == 1
     assert root["waiting_s"] >= 0.3
     assert 0.05 <= root["steps_s"] < 0.25 and root["own_s"] == root["steps_s"]
     assert root["steps_cpu_s"] < root["steps_s"]  # a sleep costs no CPU
+    assert root["by_step"] == {"plan": {"calls": 1, "s": root["steps_s"], "cpu_s": root["steps_cpu_s"]}}
 
 
 def test_rank_0s_imports_are_start_up_kept_apart_from_its_own_work():

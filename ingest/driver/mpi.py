@@ -168,7 +168,7 @@ def root_step(comm, fn, *args, **kwargs):
     result = _hand_out(comm, result)
     if comm.Get_rank() == 0:
         wall_s, cpu_s = clock.elapsed()
-        note_step(wall_s - waiting_s, cpu_s - waiting_cpu_s, waiting_s)
+        note_step(wall_s - waiting_s, cpu_s - waiting_cpu_s, waiting_s, getattr(fn, "__name__", "step"))
     return result
 
 

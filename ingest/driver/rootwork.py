@@ -26,7 +26,7 @@ import importlib
 import pickle
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -47,6 +47,8 @@ class RootLedger:
     measuring_cpu_s: float = 0.0
     starting_s: float = 0.0  # before the first step, rank 0 importing what its steps use (`preload`)
     starting_cpu_s: float = 0.0
+    # Each step by its function's name: [calls, wall s, CPU s] (which step grows, not only that one does).
+    by_step: dict = field(default_factory=dict)
 
     def as_dict(self, makespan_s: float | None) -> dict:
         own_s = self.steps_s - self.measuring_s + self.gather_s + self.report_s
@@ -58,7 +60,9 @@ class RootLedger:
                 "starting_cpu_s": self.starting_cpu_s, "gathers": self.gathers, "gather_s": self.gather_s,
                 "gather_cpu_s": self.gather_cpu_s, "bytes_gathered": self.bytes_gathered,
                 "report_s": self.report_s, "report_cpu_s": self.report_cpu_s, "own_s": own_s,
-                "own_cpu_s": own_cpu_s, "of_makespan": share(own_s), "cpu_of_makespan": share(own_cpu_s)}
+                "own_cpu_s": own_cpu_s, "of_makespan": share(own_s), "cpu_of_makespan": share(own_cpu_s),
+                "by_step": {name: {"calls": n, "s": wall_s, "cpu_s": cpu_s}
+                            for name, (n, wall_s, cpu_s) in self.by_step.items()}}
 
 
 _ledger = RootLedger()
@@ -85,12 +89,15 @@ class Clock:
         return time.perf_counter() - self.wall0, time.process_time() - self.cpu0
 
 
-def note_step(elapsed_s: float, cpu_s: float, waiting_s: float) -> None:
-    """One root_step: its work (wall, CPU) and, apart, rank 0's wait for the others to arrive."""
+def note_step(elapsed_s: float, cpu_s: float, waiting_s: float, name: str = "step") -> None:
+    """One root_step (`name`: its function's): its work (wall, CPU) and, apart, rank 0's wait for
+    the others to arrive."""
     _ledger.steps += 1
     _ledger.steps_s += elapsed_s
     _ledger.steps_cpu_s += cpu_s
     _ledger.waiting_s += waiting_s
+    n, wall_s, step_cpu_s = _ledger.by_step.get(name, (0, 0.0, 0.0))
+    _ledger.by_step[name] = (n + 1, wall_s + elapsed_s, step_cpu_s + cpu_s)
 
 
 def note_measuring(elapsed_s: float, cpu_s: float) -> None:
