@@ -100,7 +100,7 @@ def ingest_cutouts(env: common.BenchEnv, cube: common.Cube, profile: str, catalo
     bound = settings["memory_bound_bytes"]
     info.update(plan_choice=report["plan"]["choice"], settings=settings, clipped=report.get("clipped"),
                 per_rank=[{k: r.get(k) for k in ("rank", "elapsed_s", "sources", "requests", "bytes_wire", "read_s", "cut_s",
-                                          "memory_bound_bytes", "plan_choice", "bands")}
+                                          "memory_bound_bytes", "band_budget_bytes", "plan_choice", "bands")}
                        for r in report["ranks"]])
     done_n = max(1, totals["done"])
     return {"status": "ok", "wall_s": wall_s, "makespan_s": report["makespan_s"],

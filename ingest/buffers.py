@@ -58,6 +58,15 @@ def empty(shape, dtype, *, fresh: bool = False) -> np.ndarray:
     return np.frombuffer(mapping, dtype=dtype, count=count).reshape(shape)
 
 
+def resident_bytes(statm: str = "/proc/self/statm") -> int | None:
+    """This process's resident memory now (Linux's statm); None where the system does not say."""
+    try:
+        with open(statm) as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def return_freed_heap() -> bool:
     """Give the C heap's free pages back to the OS (glibc's malloc_trim; elsewhere, nothing).
 

@@ -91,6 +91,10 @@ def test_bbox_cubelets_under_mpi_exact_manifest_and_resume(s3_server, cube, tmp_
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["totals"]["done"] == 5 and report["totals"]["skipped"] == 1
     assert report["totals"]["requests"] > 0 and len(report["ranks"]) == 3
+    # Each rank's bands within the budget, less what it held beyond the leanest rank (rank 0: the catalogue).
+    budgets = [r["band_budget_bytes"] for r in report["ranks"]]
+    assert all(256 << 18 <= b <= 256 << 20 for b in budgets) and max(budgets) == 256 << 20
+    assert budgets[0] < 256 << 20  # astropy's table, WCS and frames, and the catalogue's leftovers
     root = check_root_ledger(report["root"], report["makespan_s"], gathers=1)  # the manifest is in report_s
     assert root["starting_s"] > 0.0  # astropy, loaded before the first step, apart from rank 0's own work
     # The model's makespan for the ranks' plans, with the term that binds it (as `run` reports it).

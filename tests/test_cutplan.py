@@ -8,7 +8,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from ingest.core.cost import CostModel
 from ingest.core.cutplan import (box_bytes, box_read_cost_bytes, box_runs, box_selection, box_spans, first_byte, gather_box,
                                  merge_runs, plan_spans, rank_share_box, source_order, split_axis, split_by_bytes)
-from ingest.core.cutstripes import band_cutouts, carry_over, choose_split, plan_stripe, split_by_stripes, stripe_box
+from ingest.core.cutstripes import (band_cutouts, carry_over, choose_split, plan_stripe, rank_budget_bytes,
+                                    split_by_stripes, stripe_box)
 from ingest.formats.fits import FitsLayout
 
 
@@ -275,3 +276,14 @@ def test_a_ranks_share_of_the_boxes_lies_in_their_bounding_box_and_n_shares_cove
     assert list(share[1:]) == list(zip(lo[1:], hi[1:]))  # whole along every axis but the planes'
     planes = share[0][1] - share[0][0]
     assert planes * n_ranks >= hi[0] - lo[0] > (planes - 1) * n_ranks  # n shares just cover the planes
+
+
+def test_a_ranks_band_budget_gives_back_what_it_holds_beyond_the_leanest_rank():
+    mib = 1 << 20
+    assert rank_budget_bytes(256 * mib, [425 * mib, 400 * mib, 401 * mib], 0) == 231 * mib
+    assert rank_budget_bytes(256 * mib, [425 * mib, 400 * mib, 401 * mib], 1) == 256 * mib  # the leanest
+    assert rank_budget_bytes(256 * mib, [425 * mib, 400 * mib, 401 * mib], 2) == 255 * mib
+    assert rank_budget_bytes(256 * mib, [900 * mib, 400 * mib], 0) == 64 * mib  # never below a quarter
+    assert rank_budget_bytes(256 * mib, [None, 400 * mib], 0) == 256 * mib  # unknown: the budget as set
+    assert rank_budget_bytes(256 * mib, [None], 0) == 256 * mib
+    assert rank_budget_bytes(256 * mib, [300 * mib], 0) == 256 * mib  # one rank: nobody leaner

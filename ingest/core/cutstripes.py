@@ -96,6 +96,20 @@ class StripePlan:
                 f"{sums['stream_s']:.2f} s)")
 
 
+def rank_budget_bytes(budget_bytes: int, resident: list, rank: int) -> int:
+    """The band budget of `rank`: `budget_bytes` less what it holds beyond the leanest rank just
+    before the reads (`resident`: every rank's resident bytes then, None where unknown). Rank 0
+    alone has read the catalogue and converted it through the WCS, whose libraries and leftovers
+    stay resident (about 25 MB at 10,000 sources); its bands give that room back, so that no
+    rank's peak passes the leanest rank's own memory plus the budget. Never below a quarter of
+    the budget: a rank holding far more than the others is not starved of its reads for it."""
+    known = [r for r in resident if r is not None]
+    mine = resident[rank] if rank < len(resident) else None
+    if mine is None or not known:
+        return budget_bytes
+    return max(budget_bytes // 4, budget_bytes - max(0, mine - min(known)))
+
+
 def band_axis(shape: tuple[int, ...]) -> int:
     """The outermost axis of more than one pixel (leading axes of one pixel, e.g. Stokes, add
     nothing): a range of its planes is one contiguous stretch of the object."""

@@ -46,8 +46,9 @@ def _write(sink, job, source, raw, batch: DurableBatch, headers) -> str:
 class RankTally:
     """What one rank did, for its record in the report."""
 
-    def __init__(self, rank: int):
+    def __init__(self, rank: int, budget_bytes: int):
         self.rank, self.t0 = rank, MPI.Wtime()
+        self.budget_bytes = budget_bytes  # its bands' memory budget (core.cutstripes.rank_budget_bytes)
         self.requests = self.bytes_wire = self.bytes_needed = self.retries = self.throttled = 0
         self.read_s = self.cut_s = 0.0
         self.plan = None
@@ -64,7 +65,8 @@ class RankTally:
         out = {"rank": self.rank, "elapsed_s": MPI.Wtime() - self.t0, "sources": n_sources, "requests": self.requests,
                "bytes_wire": self.bytes_wire, "bytes_needed": self.bytes_needed, "retries": self.retries,
                "throttled": self.throttled, "read_s": self.read_s, "cut_s": self.cut_s,
-               "memory_bound_bytes": self.memory_bound_bytes, "host": MPI.Get_processor_name()}
+               "memory_bound_bytes": self.memory_bound_bytes, "band_budget_bytes": self.budget_bytes,
+               "host": MPI.Get_processor_name()}
         plan = self.plan
         if plan is not None:
             out.update(plan_choice=plan.choice_text(), buffer_bytes_max=plan.buffer_bytes,
@@ -106,7 +108,7 @@ def _stream(transport, job, cfg: RunConfig, sources, write, finisher: _Finisher,
     """Contiguous data: the rank's stripe, band by band (see the module docstring)."""
     s, layout = job.settings, job.layout
     boxes = [src.box for src in sources]
-    plan = plan_stripe(layout, boxes, split=job.split_axis, budget_bytes=cfg.cutout_batch_bytes,
+    plan = plan_stripe(layout, boxes, split=job.split_axis, budget_bytes=tally.budget_bytes,
                        max_gap_bytes=job.max_gap_bytes, chunk_bytes=s.chunk_bytes, cost=s.cost, threads=s.threads)
     tally.plan, tally.memory_bound_bytes = plan, plan.memory_bytes
     return_freed_heap()  # the plan's per-source temporaries: freed, but in RSS under the buffer
@@ -152,10 +154,12 @@ def _chunked(transport, job, cfg: RunConfig, sources, write, finisher: _Finisher
     finisher.flush()
 
 
-def cut_rank(comm, cfg: RunConfig, job, sources, progress=None) -> tuple[list[dict], dict]:
-    """Every rank: its `sources` (CutoutSource, in object order); (manifest entries, the rank's record)."""
+def cut_rank(comm, cfg: RunConfig, job, sources, progress=None,
+             budget_bytes: int | None = None) -> tuple[list[dict], dict]:
+    """Every rank: its `sources` (CutoutSource, in object order); (manifest entries, the rank's
+    record). `budget_bytes`: its bands' budget (default the config's cutout_batch_bytes)."""
     rank = comm.Get_rank()
-    tally, entries = RankTally(rank), []
+    tally, entries = RankTally(rank, cfg.cutout_batch_bytes if budget_bytes is None else budget_bytes), []
     if not sources:
         return entries, tally.record(0)
     options = {}

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 from mpi4py import MPI
 
-from ingest.buffers import return_freed_heap
+from ingest.buffers import resident_bytes, return_freed_heap
 from ingest.config import RunConfig
 from ingest.config.settings import configured_settings, retry_policy, transport_options, tunable
 from ingest.core.cutplan import box_selection, rank_share_box
-from ingest.core.cutstripes import choose_split
+from ingest.core.cutstripes import choose_split, rank_budget_bytes
 from ingest.core.sharing import RankLoad, predict_job
 from ingest.core.lattice import UNLIMITED_GAP
 from ingest.core.linkprobe import LATENCY_THREADS
@@ -145,10 +145,12 @@ def cutouts(comm, cfg: RunConfig) -> dict | None:
     bar = Progress(cfg, comm, job.n_todo) if rank == 0 else None
     reporter = Reporter(comm) if rank != 0 else None
     error, entries, record = None, [], None
-    comm.Barrier()
+    resident = comm.allgather(resident_bytes())  # (and the barrier the makespan starts at)
+    budget_bytes = rank_budget_bytes(cfg.cutout_batch_bytes, resident, rank)
     t0 = MPI.Wtime()
     try:
-        entries, record = cut_rank(comm, cfg, job, mine, progress=(bar.mine if bar else reporter.send))
+        entries, record = cut_rank(comm, cfg, job, mine, progress=(bar.mine if bar else reporter.send),
+                                   budget_bytes=budget_bytes)
     except Exception as exc:  # noqa: BLE001 - every rank learns of it below
         error = exc
     if reporter is not None:
