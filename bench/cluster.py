@@ -40,7 +40,6 @@ from ingest.study import links
 from ingest.study.summary import row_limit
 from ingest.testbed.cluster import Cluster, load_spec, unavailable_reason
 from ingest.testbed.cluster.limits import spec_limit
-from ingest.testbed.mpilaunch import LOCAL_MPI_ENV
 from ingest.testbed.signals import unwind_on_signals
 from ingest.testbed.synth import write_cube
 
@@ -119,8 +118,7 @@ def _cell(cluster: Cluster, url: str, shape, workload: str, method: str, ranks: 
     if method == "staging":
         os.makedirs(stage_here, exist_ok=True)
     cmd = cluster.mpiexec_command([sys.executable, "-m", "ingest", *argv], ranks, map_by="node")
-    child_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "OMPI_", "PMIX_"))}
-    child_env.update(cluster.env(), **LOCAL_MPI_ENV)
+    child_env = cluster.launch_env()
     import subprocess
 
     t_start = time.time()

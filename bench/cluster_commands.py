@@ -63,7 +63,6 @@ from ingest.study.summary import row_limit
 from ingest.testbed.cluster import Cluster, unavailable_reason
 from ingest.testbed.cluster.limits import STORE_EGRESS, spec_limit
 from ingest.testbed.cluster.netns import call_in_netns
-from ingest.testbed.mpilaunch import LOCAL_MPI_ENV
 from ingest.testbed.signals import unwind_on_signals
 from ingest.testbed.synth import write_cube
 
@@ -181,8 +180,7 @@ class Setting:
     @property
     def env(self) -> dict:
         # Nothing of this shell's AWS or MPI settings steers the ranks: the cluster's store, root's permission.
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "OMPI_", "PMIX_"))}
-        return {**env, **self.cluster.env(), **LOCAL_MPI_ENV}
+        return self.cluster.launch_env()
 
     def store_digest(self, key: str) -> tuple[str, int]:
         """(SHA-256, bytes) of an object, read on the store's own loopback (unshaped, outside any cell)."""

@@ -64,8 +64,7 @@ class _Setting:
     def __init__(self, cluster: Cluster, cube: common.Cube, cut_dir: str, plan: str, work: str, sampler):
         self.cluster, self.cube, self.cut_dir, self.plan, self.work = cluster, cube, cut_dir, plan, work
         self.sampler, self.node0 = sampler, cluster.nodes[0]
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "OMPI_", "PMIX_"))}
-        self.env = {**env, **cluster.env(), **mpirun.MPI_ENV}
+        self.env = {**cluster.launch_env(), **mpirun.MPI_ENV}
 
     def counters(self) -> dict:
         """tc's bytes through every cap: the cluster's, plus each node's way out (uploads)."""

@@ -142,7 +142,6 @@ def _cluster(cfg: StudyConfig, out_dir: str, stack: ExitStack) -> Setting:
     """Build the emulated cluster of cfg.cluster and upload the synthetic cube into its store
     (kept in DIR/embedded, so a resumed study uploads the same cube into its new cluster)."""
     from ingest.testbed.cluster import Cluster
-    from ingest.testbed.mpilaunch import LOCAL_MPI_ENV
     from ingest.testbed.synth import parse_fits_shape, write_cube
 
     emb = cfg.embedded
@@ -153,10 +152,7 @@ def _cluster(cfg: StudyConfig, out_dir: str, stack: ExitStack) -> Setting:
         write_cube(cube_path, parse_fits_shape(emb["shape"]), emb["bitpix"])
     cluster = stack.enter_context(Cluster(cfg.cluster))
     source = cluster.put_file(cube_path, emb["key"])
-    # as Cluster.mpiexec: no AWS_*, OMPI_*, PMIX_* of ours (they would steer the ranks elsewhere)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "OMPI_", "PMIX_"))}
-    env.update(cluster.env(), **LOCAL_MPI_ENV)
-    return Setting(source, env, {}, stack, cluster=cluster, local_cube=cube_path)
+    return Setting(source, cluster.launch_env(), {}, stack, cluster=cluster, local_cube=cube_path)
 
 
 def open_setting(cfg: StudyConfig, out_dir: str) -> Setting:

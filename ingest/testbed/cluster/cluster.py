@@ -38,6 +38,9 @@ from ingest.testbed.cluster.spec import ClusterSpec
 from ingest.testbed.localserver import find_tool
 from ingest.testbed.mpilaunch import LOCAL_MPI_ENV
 
+# A launch's variables from this process that would steer the cluster's ranks elsewhere: another
+# store's AWS_* settings, another MPI job's OMPI_* and PMIX_*.
+STEERING_PREFIXES = ("AWS_", "OMPI_", "PMIX_")
 SUBNET = "10.23.0.0/24"  # private to the hub's bridge: no route leaves the namespaces
 HUB_IP, STORE_IP, FS_IP = "10.23.0.1", "10.23.0.2", "10.23.0.3"
 PREFIX = "ing"  # namespaces are ing<pid>-<n>-<role>: `down` can tell a dead owner's leftovers
@@ -214,6 +217,13 @@ class Cluster:
         slurm = self._parts.slurm.env() if self._parts.slurm else {}  # SLURM_CONF, for srun
         return {**self.store.env(), "AWS_CONFIG_FILE": no_file, "AWS_SHARED_CREDENTIALS_FILE": no_file, **slurm}
 
+    def launch_env(self, drop: tuple[str, ...] = STEERING_PREFIXES) -> dict[str, str]:
+        """The environment of a launch of ranks on the cluster: this process's, without the
+        variables that would steer the ranks elsewhere (`drop`: their prefixes), with the cluster's
+        own (`env`) and what Open MPI's ranks need on one machine (LOCAL_MPI_ENV)."""
+        mine = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+        return {**mine, **self.env(), **LOCAL_MPI_ENV}
+
     def put_file(self, path: str, key: str) -> str:
         """Upload a local file into the spec's bucket; returns its s3:// URL."""
         return self.store.put_file(path, self.spec.store.bucket, key)
@@ -260,9 +270,7 @@ class Cluster:
 
     def _run(self, make_command, args, n_ranks, env, timeout_s, python_args) -> subprocess.CompletedProcess:
         # Nothing from a surrounding job (an allocation's SLURM_*, a user's OMPI_*) may steer these ranks.
-        child_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "OMPI_", "PMIX_", "SLURM_"))}
-        child_env.update(self.env(), **LOCAL_MPI_ENV)
-        child_env.update(env or {})
+        child_env = {**self.launch_env(STEERING_PREFIXES + ("SLURM_",)), **(env or {})}
         cmd = make_command([sys.executable, *python_args, *map(str, args)], n_ranks)
         return subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=timeout_s,
                               stdin=subprocess.DEVNULL)
