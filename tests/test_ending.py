@@ -125,3 +125,17 @@ print(json.dumps({"size": comm.Get_size(), "left": sorted(k for k in os.environ 
 """)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == {"size": 1, "left": []}
+
+
+def test_no_commands_module_starts_mpi_before_world_does():
+    """world() sets the lone process's defaults as MPI starts: a command's module that imported
+    mpi4py.MPI itself (a driver module importing it at the top) would start it first, without them."""
+    done = _python("""
+import json, sys
+from ingest.cli.main import COMMANDS, build_parser
+for name in COMMANDS:
+    build_parser(name)
+print(json.dumps("mpi4py.MPI" in sys.modules))
+""")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) is False

@@ -103,11 +103,10 @@ def rank_budget_bytes(budget_bytes: int, resident: list, rank: int) -> int:
     stay resident (about 25 MB at 10,000 sources); its bands give that room back, so that no
     rank's peak passes the leanest rank's own memory plus the budget. Never below a quarter of
     the budget: a rank holding far more than the others is not starved of its reads for it."""
-    known = [r for r in resident if r is not None]
-    mine = resident[rank] if rank < len(resident) else None
-    if mine is None or not known:
+    if resident[rank] is None:
         return budget_bytes
-    return max(budget_bytes // 4, budget_bytes - max(0, mine - min(known)))
+    leanest = min(r for r in resident if r is not None)
+    return max(budget_bytes // 4, budget_bytes - (resident[rank] - leanest))
 
 
 def band_axis(shape: tuple[int, ...]) -> int:

@@ -31,10 +31,10 @@ class RootStepFailed(IngestError):
 
 
 # A process no launcher started is a world of one (a singleton). Open MPI 4 then forks a daemon
-# for it and its default PML probes the fabrics (PSM, PSM2, OFI) a lone process never uses: 0.35 s
-# to start and 0.05 s to finalize, against 0.04 s and 0.003 s isolated on ob1 (BENCHMARKS, "A lone
-# process's MPI"). Set only while MPI starts, and only where the user set nothing, so that an
-# mpiexec this process launches later inherits the user's own environment.
+# for it and its default PML probes the fabrics (PSM, PSM2, OFI) a lone process never uses; isolated
+# on ob1 it starts and finalizes in a tenth of the time (BENCHMARKS, "A lone process's MPI"). Set
+# only while MPI starts, and only where the user set nothing, so that an mpiexec this process
+# launches later inherits the user's own environment.
 LONE_PROCESS_MPI_DEFAULTS = {"OMPI_MCA_ess_singleton_isolated": "1", "OMPI_MCA_pml": "ob1"}
 # Variables a launcher gives every task, beside the counts above (a rank's own number).
 _LAUNCHER_RANKS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")

@@ -325,7 +325,8 @@ def _catch_sigterm(rank: int):
     """Rank 0: turn SIGTERM into an exception in the main thread, so the upload is aborted in the
     second the launcher leaves before SIGKILL. The other ranks ignore SIGTERM meanwhile: a rank
     that dies of it makes Open MPI's mpiexec kill the rest at once, rank 0 in the middle of its
-    abort; they end at the SIGKILL, or at rank 0's MPI Abort. Returns the function that puts the old handler back."""
+    abort; they end at the SIGKILL, or at rank 0's MPI Abort. Returns the function that puts the
+    old handler back."""
     if threading.current_thread() is not threading.main_thread():
         return None  # signals reach the main thread only; a caller on another thread keeps its own handling
 
