@@ -43,6 +43,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -75,9 +76,10 @@ ROOT_FIELDS = ("own_s", "own_cpu_s", "of_makespan", "cpu_of_makespan", "waiting_
 
 
 def command_argv(command: str, *, url: str, shape, out_dir: str, report: str, catalogue: str | None = None,
-                 size: str | None = None, staged_dir: str | None = None, dest: str | None = None) -> list[str]:
-    """`python -m ingest` arguments of one cell (see the module docstring)."""
-    tail = ["--report", report, "--no-progress"]
+                 size: str | None = None, staged_dir: str | None = None, dest: str | None = None,
+                 extra: tuple = ()) -> list[str]:
+    """`python -m ingest` arguments of one cell (see the module docstring); `extra`: more options."""
+    tail = ["--report", report, "--no-progress", *extra]
     if command == "run":
         return ["run", "--source", url, "--method", "s3", "--grid", "auto", "--output-dir", out_dir, *tail]
     if command == "s2p":
@@ -175,6 +177,8 @@ class Setting:
     catalogue: str | None
     n_sources: int
     timeout_s: float
+    keep_reports: str | None = None  # a directory every cell's report is copied into
+    extra: dict = field(default_factory=dict)  # command -> more `ingest` options (--publish-args, ...)
     staged: dict = field(default_factory=dict)  # ranks -> the prestage cell's directory, for publish
 
     @property
@@ -226,7 +230,7 @@ def run_cell(s: Setting, command: str, ranks: int) -> dict:
                                                           "cell failed)"}
     argv = command_argv(command, url=s.url, shape=s.shape, out_dir=out_dir, report=report_path,
                         catalogue=s.catalogue, size=wallaby_size_text(), staged_dir=s.staged.get(ranks),
-                        dest=f"s3://{s.cluster.spec.store.bucket}/{key}")
+                        dest=f"s3://{s.cluster.spec.store.bucket}/{key}", extra=s.extra.get(command, ()))
     cmd = s.cluster.mpiexec_command([sys.executable, "-m", "ingest", *argv], ranks, map_by="node")
     t0 = time.monotonic()
     try:
@@ -240,6 +244,9 @@ def run_cell(s: Setting, command: str, ranks: int) -> dict:
             s.staged[ranks] = out_dir  # kept for this rank count's publish; the run loop removes it
         with open(report_path) as fh:
             report = json.load(fh)
+        if s.keep_reports:
+            os.makedirs(s.keep_reports, exist_ok=True)
+            shutil.copyfile(report_path, os.path.join(s.keep_reports, f"report-{tag}.json"))
         row.update(report_measures(command, report))
         if row.get("predicted_s"):
             row["measured_over_predicted"] = row["makespan_s"] / row["predicted_s"]
@@ -290,6 +297,11 @@ def build_parser():
     parser.add_argument("--results-dir", default=None, help=f"where {NAME}.json goes (default bench/results)")
     parser.add_argument("--summarize", metavar="JSON", default=None,
                         help=f"print the table of a {NAME}.json; run nothing")
+    for command in COMMANDS:
+        parser.add_argument(f"--{command}-args", default="", metavar="ARGS",
+                            help=f"more `ingest` options for the {command} cells, e.g. '--threads 8'")
+    parser.add_argument("--keep-reports", metavar="DIR", default=None,
+                        help="copy every cell's JSON report (per-rank figures included) into DIR")
     parser.add_argument("--quiet", action="store_true", help="no per-cell lines on stderr")
     return parser
 
@@ -333,7 +345,8 @@ def run(args) -> dict:
             with Cluster(cluster_bench._spec(args, nodes, max(ranks_list))) as cluster:
                 url = cluster.put_file(cube_path, "cube.fits")
                 s = Setting(cluster, nodes, url, cube_path, shape, work_dir, catalogue, args.sources,
-                            args.run_timeout_s)
+                            args.run_timeout_s, args.keep_reports,
+                            {c: tuple(shlex.split(getattr(args, f"{c}_args"))) for c in COMMANDS})
                 for ranks in ranks_list:
                     try:
                         for command in commands:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 import textwrap
 import warnings
 from urllib.parse import urlsplit
@@ -486,3 +488,37 @@ def test_cli_info_says_which_setting_came_from_where(store, pki, home):
     assert text.returncode == 0 and "from AWS_CA_BUNDLE" in text.stdout, text.stderr
     for secret in (store.env()["AWS_SECRET_ACCESS_KEY"], store.env()["AWS_ACCESS_KEY_ID"]):
         assert secret not in proc.stdout + text.stdout
+
+
+@pytest.mark.parametrize("keys, profile_keys, expected", [
+    ({"AWS_ACCESS_KEY_ID": "AKIDENV", "AWS_SECRET_ACCESS_KEY": "secret"}, False, True),
+    ({"AWS_ACCESS_KEY_ID": "AKIDENV", "AWS_SECRET_ACCESS_KEY": "secret", "AWS_PROFILE": "other"}, False, True),
+    ({}, True, True),
+    ({}, False, False),
+    ({"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "secret"}, False, False),
+])
+def test_have_credentials_answers_as_botocores_chain_does(home, monkeypatch, keys, profile_keys, expected):
+    """Keys in the environment are found without botocore; anything else is botocore's chain's
+    answer (here: a default profile's keys in the credentials file, or nothing)."""
+    import botocore.session
+
+    from ingest.transports.environment import have_credentials, keys_in_environment
+
+    for name, value in keys.items():
+        monkeypatch.setenv(name, value)
+    if profile_keys:
+        (home / ".aws" / "credentials").write_text("[default]\naws_access_key_id = AKIDFILE\n"
+                                                  "aws_secret_access_key = secret\n")
+    if "AWS_PROFILE" in keys:
+        (home / ".aws" / "config").write_text("[profile other]\nregion = us-east-1\n")
+    assert have_credentials() is expected
+    assert (botocore.session.Session().get_credentials() is not None) is expected
+    assert keys_in_environment() is (bool(keys.get("AWS_ACCESS_KEY_ID")) and bool(keys.get("AWS_SECRET_ACCESS_KEY")))
+
+
+def test_keys_in_the_environment_are_known_without_importing_botocore(home):
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "AKIDENV", "AWS_SECRET_ACCESS_KEY": "secret"}
+    code = ("import sys; from ingest.transports.environment import have_credentials; "
+            "print(have_credentials(), 'botocore' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.split() == ["True", "False"]

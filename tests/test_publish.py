@@ -91,6 +91,21 @@ def test_api_hdf5_dataset_contiguous_with_its_attributes(api_results):
 
 # ------------------------------------------------------------------ from files, on the command line
 
+def _check_timeline(facts: dict) -> None:
+    """Every rank passed every step, in order, within the job; the summary is the ranks' spread."""
+    from ingest.driver.publish import STEPS
+
+    for r in facts["ranks"]:
+        at = [r["timeline_s"][name] for name in STEPS]  # each rank uploaded a part: every step is there
+        assert at == sorted(at) and -1.0 < at[0] and at[-1] <= facts["elapsed_s"] + 1.0, r["timeline_s"]
+    for name in STEPS:
+        each = sorted(r["timeline_s"][name] for r in facts["ranks"])
+        summary = facts["timeline_s"][name]
+        assert (summary["first"], summary["last"]) == (each[0], each[-1]) and summary["first"] <= summary["median"] <= summary["last"]
+        assert facts["ranks"][summary["last_rank"]]["timeline_s"][name] == summary["last"]
+    assert facts["ranks"][0]["timeline_s"]["start"] == 0.0  # counted from rank 0's start
+
+
 def test_frame_prestage_publishes_the_source_byte_for_byte_then_refuses_to_overwrite(s3_server, store, tmp_path):
     bucket, client = store["bucket"], store["client"]
     report = tmp_path / "publish.json"
@@ -106,6 +121,7 @@ def test_frame_prestage_publishes_the_source_byte_for_byte_then_refuses_to_overw
                                             "composite CRC32 matched")
     assert sum(r["parts_uploaded"] for r in facts["ranks"]) == 4 and all(r["parts_uploaded"] == 1 for r in facts["ranks"])
     check_root_ledger(facts["root"], facts["elapsed_s"], gathers=2)  # the parts' records and the ranks' stats
+    _check_timeline(facts)
     etag = client.head_object(Bucket=bucket, Key="out/frame.fits")["ETag"]
 
     again = cli(["publish", "--source", store["staged"], "--dest", f"s3://{bucket}/out/frame.fits", "--no-progress"],

@@ -25,6 +25,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -99,7 +100,7 @@ def _open_files(regions, mine) -> tuple[dict, Exception | None]:
 
 
 def _have_credentials() -> bool:
-    from ingest.transports.s3client import have_credentials
+    from ingest.transports.environment import have_credentials
 
     return have_credentials()
 
@@ -139,6 +140,7 @@ def _publish(comm, cfg: RunConfig, regions, header) -> dict:
 
     start_ledger()
     t0 = MPI.Wtime()
+    marks = {"start": time.time()}  # this rank's steps (RankStats.marks)
     rank, size = comm.Get_rank(), comm.Get_size()
     if regions is None:
         all_regions, held_by, header_source, what = root_step(comm, _file_regions, cfg, size)
@@ -153,21 +155,26 @@ def _publish(comm, cfg: RunConfig, regions, header) -> dict:
             all_regions += [replace(m, index=len(all_regions) + i) for i, m in enumerate(mine)]
         holdings = {index: Holding(all_regions[index], h.array) for index, h in zip(held_by[rank], local)}
     all_agree_or_raise(comm, error)
+    marks["regions"] = time.time()
     credentials = comm.allgather(_have_credentials())
+    marks["credentials"] = time.time()
     # The other ranks make their upload clients (0.1-0.2 s each) while rank 0 plans, not after.
     client = (upload_client(cfg.parts_in_flight + 1, options_for_store(cfg))
               if rank != 0 and not uses_presigned(cfg.upload_method, credentials) else None)
+    marks["client"] = time.time()
     keep: dict = {}
     plan = root_step(comm, make_plan, cfg, all_regions, held_by, header, header_source, credentials, keep)
+    marks["plan"] = time.time()
     if rank == 0:
         upload_text = (f"resuming upload {plan.upload_id} ({len(plan.existing)} part(s) stored)" if plan.resumed
                        else f"upload {plan.upload_id}")
         print(f"ingest publish: {plan.uri}: {format_bytes(plan.object_bytes)} {plan.format} from {what}, "
               f"{len(plan.parts)} part(s) of {plan.part_reason}, {size} rank(s), {upload_text}", flush=True)
-    return _upload(comm, cfg, plan, holdings, keep.get("upload"), client, t0, what)
+    return _upload(comm, cfg, plan, holdings, keep.get("upload"), client, t0, what, marks)
 
 
-def _upload(comm, cfg: RunConfig, plan: Plan, holdings: dict, upload, client, t0: float, what: str) -> dict:
+def _upload(comm, cfg: RunConfig, plan: Plan, holdings: dict, upload, client, t0: float, what: str,
+            marks: dict) -> dict:
     """The rounds, completion, and on any failure the abort (rank 0), in one guarded step."""
     from mpi4py import MPI
 
@@ -197,6 +204,7 @@ def _upload(comm, cfg: RunConfig, plan: Plan, holdings: dict, upload, client, t0
             if plan.presigned else None
         stats = Rounds(comm, plan, holdings, uploader, cfg.parts_in_flight, urls,
                        on_round=progress.round_done if progress else None).run()
+        stats.marks.update(marks, rounds=time.time())
         if progress:
             progress.close()
         if stats.errors:
@@ -274,7 +282,10 @@ def _report(cfg: RunConfig, plan: Plan, result: dict, ranks: list, what: str) ->
               "parts": len(plan.parts), "method": "presigned" if plan.presigned else "s3",
               "integrity": result["integrity"], "resumed": plan.resumed, "parts_stored_before": len(plan.existing),
               "etag": result["etag"], "elapsed_s": result["elapsed_s"], "memory_bound_bytes": result["memory_bound_bytes"],
-              "ranks": [{"rank": r, **stats} for r, stats in enumerate(ranks)]}
+              "timeline_s": timeline(ranks),
+              "ranks": [{"rank": r, **{k: v for k, v in stats.items() if k != "marks"},
+                         "timeline_s": since(stats["marks"], ranks[0]["marks"]["start"])}
+                        for r, stats in enumerate(ranks)]}
     uploaded = sum(r["bytes_uploaded"] for r in ranks)
     rate = plan.object_bytes / result["elapsed_s"] if result["elapsed_s"] > 0 else 0.0
     print(f"ingest publish: {plan.uri} complete: {format_bytes(plan.object_bytes)} in {len(plan.parts)} part(s), "
@@ -288,6 +299,28 @@ def _report(cfg: RunConfig, plan: Plan, result: dict, ranks: list, what: str) ->
     for name, finding in result["integrity"].items():  # what was checked, and by whom (ingest.staging.integrity)
         print(f"  {name}: {finding}", flush=True)
     return report
+
+
+# The steps of a publish in the order every rank passes them (RankStats.marks).
+STEPS = ("start", "regions", "credentials", "client", "plan", "first_upload", "last_upload_end", "rounds")
+
+
+def since(marks: dict, start: float) -> dict:
+    """A rank's marks as seconds after `start` (rank 0's start)."""
+    return {name: round(marks[name] - start, 6) for name in STEPS if name in marks}
+
+
+def timeline(ranks: list) -> dict:
+    """When the ranks reached each step, in seconds after rank 0's start: the first, the median and
+    the last rank, and which rank was last. Where the makespan goes, step by step, at any rank count."""
+    start = ranks[0]["marks"]["start"]
+    out = {}
+    for name in STEPS:
+        at = sorted((r["marks"][name] - start, i) for i, r in enumerate(ranks) if name in r["marks"])
+        if at:
+            out[name] = {"first": round(at[0][0], 6), "median": round(at[len(at) // 2][0], 6),
+                         "last": round(at[-1][0], 6), "last_rank": at[-1][1]}
+    return out
 
 
 def _failures(ranks: list) -> dict:

@@ -74,6 +74,10 @@ class RankStats:
     failed_attempts: int = 0
     failed_bytes: int = 0
     failure_kinds: dict = field(default_factory=dict)
+    # When this rank reached each step (time.time(), seconds since the epoch: comparable across
+    # nodes whose clocks agree), and its uploads' first start and last end; the report shows them
+    # from rank 0's start (driver.publish.timeline).
+    marks: dict = field(default_factory=dict)
     records: list = field(default_factory=list)  # staging.multipart.PartRecord of the parts it aggregated
     errors: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -82,7 +86,7 @@ class RankStats:
         return {k: getattr(self, k) for k in ("parts_uploaded", "parts_verified", "bytes_uploaded", "bytes_sent",
                                               "bytes_received", "upload_s", "wait_s", "throttled",
                                               "concurrency_ceiling", "concurrency_settled", "concurrency_min",
-                                              "failed_attempts", "failed_bytes", "failure_kinds")}
+                                              "failed_attempts", "failed_bytes", "failure_kinds", "marks")}
 
     def note_throttling(self, seen) -> None:
         """Take the uploader's ThrottleStats (ingest.engine.throttle) into these stats."""
@@ -267,6 +271,8 @@ class Rounds:
         body = memoryview(buffer)[:hi - lo]
         number = part + 1
         t0 = time.perf_counter()
+        with self.stats.lock:
+            self.stats.marks.setdefault("first_upload", time.time())
         try:
             stored = self.plan.existing.get(number)
             if stored is not None and part_matches(stored, body):
@@ -282,6 +288,7 @@ class Rounds:
                     self.stats.parts_uploaded += 1
                     self.stats.bytes_uploaded += hi - lo
                 self.stats.upload_s += time.perf_counter() - t0
+                self.stats.marks["last_upload_end"] = time.time()
         except Exception as exc:  # noqa: BLE001 - reported at the next status exchange, by rank and part
             with self.stats.lock:
                 self.stats.errors.append(f"rank {self.rank}: part {number} (bytes {lo}..{hi}) of {self.plan.uri}: "

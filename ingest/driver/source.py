@@ -76,7 +76,7 @@ def resolve_tile_sources(cfg: RunConfig, keys) -> tuple[tuple[str, tuple | None]
     signature per tile, no request); a tile beside a presigned index URL is signed when this
     process has credentials for its path-style S3 URL, else read as the bare URL (a public bucket)."""
     from ingest.core.tiles import tile_location
-    from ingest.transports.s3client import have_credentials
+    from ingest.transports.environment import have_credentials
     from ingest.transports.presign import parse_s3_uri, presign_url, url_object
 
     locations = [tile_location(cfg.source, key) for key in keys]

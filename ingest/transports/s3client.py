@@ -246,8 +246,3 @@ def shared_s3_client(max_pool_connections: int = 10, *, environment: Environment
         if client is None:
             client = _CLIENTS[key] = s3_client(max_pool_connections, environment=environment, **kw)
     return client
-
-
-def have_credentials() -> bool:
-    """True when boto3's standard chain finds keys (environment, profile, instance role)."""
-    return boto3.session.Session().get_credentials() is not None
