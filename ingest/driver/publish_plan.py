@@ -6,8 +6,9 @@ of the unfinished upload being resumed) and the parts; the bytes each rank holds
 and so each part's aggregator; then the store: an object already at the key (refused without
 overwrite), unfinished uploads of it (resumed with resume, discarded with overwrite, refused
 otherwise), whether the store honours If-None-Match on completion (a probe on a key beside the
-destination, unless overwrite: the report's `guard` says only what was seen), and last the one
-call that changes anything at the key, CreateMultipartUpload.
+destination, unless overwrite: the report's `guard` says only what was seen; it runs on a thread,
+off the path to the first part, and the completion waits for it), and last the one call that
+changes anything at the key, CreateMultipartUpload.
 """
 from __future__ import annotations
 

@@ -181,6 +181,7 @@ class Upload:
         self.upload_id: str | None = None
         self.checksum: str | None = None  # "CRC32", or None: Content-MD5 per part
         self.guard: str | None = None  # the If-None-Match probe's finding (probe_guard), None: not probed
+        self._guard_probe: threading.Thread | None = None
         self.completed = False  # the store completed the upload: nothing left to abort
 
     @property
@@ -240,17 +241,24 @@ class Upload:
             "upload_part", Params={"Bucket": self.bucket, "Key": self.key, "UploadId": self.upload_id,
                                    "PartNumber": number}, ExpiresIn=expires_s), f"{self.uri}: presign part {number}")
 
-    def probe_guard(self) -> str:
-        """Find out whether this store honours If-None-Match on completion (integrity.probe_guard);
-        kept for `complete`'s record."""
-        self.guard = integrity.probe_guard(self.client, self.bucket, self.key)
-        return self.guard
+    def probe_guard(self) -> None:
+        """Start finding out whether this store honours If-None-Match on completion
+        (integrity.probe_guard), for `complete`'s record. The probe works on a key of its own, so it
+        runs on a thread while the parts go up: it is off the path to the first part's upload, and
+        `complete` waits for it. Not a daemon: a process that ends early still deletes the probe key."""
+        def probe():
+            self.guard = integrity.probe_guard(self.client, self.bucket, self.key)
+
+        self._guard_probe = threading.Thread(target=probe, name="ingest-guard-probe")
+        self._guard_probe.start()
 
     def complete(self, records: list[PartRecord], refuse_existing: bool, object_bytes: int) -> dict:
         """Complete with the parts in order, then check the stored object (integrity.check_object:
         size, ETag from the parts' MD5s, composite CRC32). `refuse_existing` sends If-None-Match: *
         so a store that honours it refuses an object that appeared at the key meanwhile. Returns
         {'etag': the HEAD's (the stored object's), 'integrity': the record}."""
+        if self._guard_probe is not None:
+            self._guard_probe.join()
         ordered = sorted(records, key=lambda r: r.number)
         parts = [{"PartNumber": r.number, "ETag": r.etag, **({"ChecksumCRC32": r.crc32} if self.checksum else {})}
                  for r in ordered]
