@@ -45,6 +45,14 @@ def _root(r: dict) -> tuple[str, str, str]:
     return own, _num(r.get("root_waiting_s")), grows
 
 
+def _x_limit(r: dict) -> str:
+    """x limit; for publish also its uploads alone (first part up to last part done, the report's timeline)."""
+    text = _num(r["x_limit"], "{:.2f}")
+    if r.get("x_limit_uploads") is not None:
+        text += f" (uploads {r['x_limit_uploads']:.2f} after {r['before_first_upload_s']:.1f} s)"
+    return text
+
+
 def _row(r: dict, targets: dict) -> list:
     missed = "; ".join(misses(r, targets)) or "met"
     if r["status"] == "failed":
@@ -56,7 +64,7 @@ def _row(r: dict, targets: dict) -> list:
                 else "-")
     return [r["command"], r["nodes"], r["ranks"], status, _num(r["makespan_s"]), _num(r.get("wall_s"), "{:.1f}"),
             _num(r["wire_bytes"], "{:.2f}", common.MiB), _num(r["requests"], "{:.0f}"),
-            f"{_num(r['limit_s'])} ({r['limit_binding']})", _num(r["x_limit"], "{:.2f}"),
+            f"{_num(r['limit_s'])} ({r['limit_binding']})", _x_limit(r),
             _num(r.get("x_carried_limit"), "{:.2f}"), predicted, _num(r.get("measured_over_predicted"), "{:.2f}"),
             *_root(r), cut_root, missed]
 

@@ -117,6 +117,11 @@ def report_measures(command: str, report: dict) -> dict:
                # What the store's ingress carried beyond the object: parts sent again after a failed
                # attempt (a timeout, a reset), and throttled attempts (their bodies may not have gone).
                "upload_failures": report["upload_failures"]}
+        timeline = report.get("timeline_s") or {}
+        if "first_upload" in timeline and "last_upload_end" in timeline:
+            # From rank 0's start to the first part going up, and from there to the last part's end.
+            out["before_first_upload_s"] = timeline["first_upload"]["first"]
+            out["upload_window_s"] = timeline["last_upload_end"]["last"] - timeline["first_upload"]["first"]
     else:
         raise ValueError(f"command {command!r}: expected one of {', '.join(COMMANDS)}")
     prediction = (report.get("settings") or {}).get("prediction") or {}
@@ -252,6 +257,8 @@ def run_cell(s: Setting, command: str, ranks: int) -> dict:
             row["measured_over_predicted"] = row["makespan_s"] / row["predicted_s"]
         row.update(cell_limit(s.cluster.spec, command, row["wire_bytes"], ranks, s.nodes))
         row["x_limit"] = row["makespan_s"] / row["limit_s"]
+        if row.get("upload_window_s"):
+            row["x_limit_uploads"] = row["upload_window_s"] / row["limit_s"]
         row.update(carried_measures(meter, s.cluster, command, row["makespan_s"]))
         problem = _exactness(s, command, report, out_dir, key)
         return {**row, "status": "ok" if problem is None else "inexact", "exact": problem is None, "check": problem}

@@ -87,6 +87,21 @@ def test_measures_are_read_by_each_reports_own_names():
                                                "upload_failures": failures,
                                                "root": root})  # a report that carries rank 0's ledger: kept
     assert with_root["root_ledger"] and with_root["root_own_cpu_s"] == 0.1
+    timeline = {"first_upload": {"first": 1.5, "median": 1.6, "last": 1.9, "last_rank": 2},
+                "last_upload_end": {"first": 2.0, "median": 2.8, "last": 2.9, "last_rank": 1}}
+    timed = cc.report_measures("publish", {"elapsed_s": 3.0, "object_bytes": 90, "parts": 0, "ranks": [],
+                                           "upload_failures": failures, "timeline_s": timeline})
+    # From rank 0's start to the first part up; from the first part up to the last one done.
+    assert (timed["before_first_upload_s"], timed["upload_window_s"]) == (1.5, 2.9 - 1.5)
+    assert "upload_window_s" not in pub  # a report without a timeline: not guessed
+
+
+def test_extra_options_go_to_their_commands_cells():
+    args = cc.build_parser().parse_args(["--publish-args", "--upload-method presigned --parts-in-flight 4"])
+    assert (args.publish_args, args.run_args) == ("--upload-method presigned --parts-in-flight 4", "")
+    argv = cc.command_argv("publish", url="s3://b/c.fits", shape=(4, 4, 4), out_dir="/o", report="/r.json",
+                           staged_dir="/s", dest="s3://b/p.fits", extra=("--upload-method", "presigned"))
+    assert argv[-5:] == ["--report", "/r.json", "--no-progress", "--upload-method", "presigned"]
 
 
 def test_publishs_limit_is_the_stores_ingress_and_its_counters_read_as_a_reads():
@@ -122,6 +137,8 @@ def test_table_one_row_per_cell_with_the_targets_each_missed():
     assert len({line.count(" | ") for line in lines}) == 1  # every row has every column
     assert "inexact: voxel (1, 2, 3) differs" in table and "2.000 (egress)" in table and "no ledger" in table
     assert "Partial" in table and "3 + 2; 4.0" in table
+    uploads = {**ok, "command": "publish", "x_limit": 1.35, "x_limit_uploads": 1.01, "before_first_upload_s": 13.2}
+    assert "1.35 (uploads 1.01 after 13.2 s)" in to_markdown(_results([uploads]))
 
 
 def test_summarize_prints_a_written_results_file(tmp_path, capsys):
