@@ -284,6 +284,65 @@ def test_a_part_the_store_does_not_answer_in_time_lowers_the_parts_in_flight(s3_
         toxiproxy.delete_proxy(name)
 
 
+class _Deaf:
+    """A TCP listener that accepts and never reads, with a small receive buffer: a body sent to it
+    stops in the sockets' buffers, as on an uplink shared by more parts than it carries in time."""
+
+    def __init__(self):
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.held: list = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        while True:
+            try:
+                self.held.append(self.sock.accept()[0])
+            except OSError:
+                return
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def close(self):
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.mark.parametrize("presigned", [False, True], ids=["s3", "presigned"])
+def test_a_part_whose_body_cannot_be_sent_in_time_lowers_the_parts_in_flight(s3_env, presigned):
+    """The socket's send times out with the body half sent (urllib3: ProtocolError; botocore:
+    ConnectionClosedError; both libraries time a body's send by the connect timeout): the uplink's
+    congestion as much as a late answer is, so the rank's limiter halves its parts in flight, and
+    the attempt counts as one failure."""
+    import ingest.staging.multipart as multipart
+    from ingest.transports.retry import UPLOAD_TIMEOUT, RetryPolicy
+
+    deaf = _Deaf()
+    try:
+        url = f"{deaf.url}/bucket/key?partNumber=1&uploadId=u"  # the listener answers nothing: no signature needed
+        uploader = multipart.PartUploader("bucket", "key", "u", None, RetryPolicy(retries=0, backoff_s=0.01),
+                                          presigned=presigned, slots=2,
+                                          options={"endpoint_url": deaf.url, "connect_timeout": 1.0, "read_timeout": 1.0})
+        body = np.zeros(32 << 20, np.uint8)  # more than loopback's socket buffers hold
+        with pytest.raises(multipart.TransportError, match=r"part 1: gave up after 1 attempt.*could not be sent "
+                                                           r"within the timeout"):
+            uploader.put(1, body, url)
+        assert uploader.failures() == {"failed_attempts": 1, "failed_bytes": len(body), "kinds": {UPLOAD_TIMEOUT: 1}}
+        seen = uploader.throttle_stats()
+        assert (seen.throttled, seen.concurrency_ceiling, seen.concurrency_min) == (1, 2, 1)
+    finally:
+        deaf.close()
+
+
 # ------------------------------------------------------------------ failures mid-upload
 
 KILL = (os.path.join(ROOT, "tests", "mpi_harness_publish.py"), "1")

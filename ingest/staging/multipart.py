@@ -36,7 +36,7 @@ from ingest.engine.throttle import Limiter, ThrottleStats
 from ingest.errors import RetryableError, TransportError
 from ingest.redact import redact_urls
 from ingest.staging import integrity
-from ingest.transports.retry import UPLOAD_TIMEOUT, RetryPolicy, retry_call
+from ingest.transports.retry import UPLOAD_TIMEOUT, RetryPolicy, chain_texts, retry_call
 
 # Store answers worth another attempt: the server's trouble, or bytes damaged on the way.
 _RETRYABLE_CODES = {"SlowDown", "RequestTimeout", "BadDigest", "InternalError", "ServiceUnavailable",
@@ -145,16 +145,28 @@ def _call(fn, what: str):
         raise _classify(exc, what) from exc
 
 
+def _stalled(exc: RetryableError) -> str | None:
+    """How a part's attempt ran out of time, or None: no answer after its body went (a read
+    timeout), or the body itself not taken within the timeout (the socket's send timed out, which
+    urllib3 reports as a ProtocolError and botocore as a ConnectionClosedError around it)."""
+    if exc.kind == "ReadTimeoutError":
+        return "the part's body was sent and no answer came within the read timeout"
+    if exc.kind in ("ProtocolError", "ConnectionClosedError") and any("timed out" in t for t in chain_texts(exc)):
+        return "the part's body could not be sent within the timeout"
+    return None
+
+
 def _call_part(fn, what: str):
-    """_call for one part's upload: a read timeout there is the uplink's congestion (UPLOAD_TIMEOUT)."""
+    """_call for one part's upload: a part that runs out of time, sending or waiting for the answer,
+    met the uplink's congestion (UPLOAD_TIMEOUT): its rank sends fewer at once."""
     try:
         return _call(fn, what)
     except RetryableError as exc:
-        if exc.kind != "ReadTimeoutError":
+        how = _stalled(exc)
+        if how is None:
             raise
-        raise RetryableError(f"{exc} (the part's body was sent and no answer came within the read timeout: more "
-                             f"parts in flight than the link carries in time; this rank sends fewer at once)",
-                             kind=UPLOAD_TIMEOUT) from exc
+        raise RetryableError(f"{exc} ({how}: more parts in flight than the link carries in time; this rank sends "
+                             f"fewer at once)", kind=UPLOAD_TIMEOUT) from exc
 
 
 def upload_client(max_pool_connections: int, options: dict | None = None):

@@ -40,9 +40,10 @@ _REDUCE_RATE = "reduce your request rate"
 # again at once makes it worse; fewer connections at once is the cure, as for a 503 SlowDown.
 _REFUSED = ("connection refused", "couldn't connect to server", "could not connect to server", "curl error 7:",
             "errno 111", "econnrefused")
-# A part upload whose body was sent and whose answer did not come within the read timeout: the
-# timeout's clock starts while the body still sits in the socket's buffer and the link's queue,
-# so what it measured is the uplink shared by too many uploads, and fewer at once is the cure.
+# A part upload whose body was sent and whose answer did not come within the read timeout, or
+# whose body the socket could not send within it: the timeout's clock runs while the body sits in
+# the socket's buffer and the link's queue, so what it measured is the uplink shared by too many
+# uploads, and fewer at once is the cure.
 # It is still a failed attempt (a dead store looks the same), counted against the retries.
 UPLOAD_TIMEOUT = "upload_timeout"
 
@@ -52,7 +53,7 @@ def is_throttle(error: BaseException) -> bool:
     "reduce your request rate", 429 and the SDKs' throttling codes)? Then it is no fault."""
     if not isinstance(error, RetryableError):
         return False
-    return error.kind in THROTTLE_CODES or _REDUCE_RATE in " ".join(_chain_texts(error)).lower()
+    return error.kind in THROTTLE_CODES or _REDUCE_RATE in " ".join(chain_texts(error)).lower()
 
 
 def is_refusal(error: BaseException) -> bool:
@@ -60,7 +61,7 @@ def is_refusal(error: BaseException) -> bool:
     fewer connections at once may cure."""
     if not isinstance(error, RetryableError):
         return False
-    text = " ".join(_chain_texts(error)).lower()
+    text = " ".join(chain_texts(error)).lower()
     return any(marker in text for marker in _REFUSED)
 
 
@@ -71,7 +72,7 @@ def gate_outcome(error: BaseException) -> str:
     return THROTTLED if is_throttle(error) or is_refusal(error) or congested else FAILED
 
 
-def _chain_texts(error: BaseException, depth: int = 4) -> list[str]:
+def chain_texts(error: BaseException, depth: int = 4) -> list[str]:
     """The messages of an error and of what caused it (botocore keeps the socket's error in
     `kwargs['error']`), a few links deep: a refusal is often said only at the bottom."""
     texts, seen = [], 0
