@@ -96,8 +96,10 @@ def _check_timeline(facts: dict) -> None:
     from ingest.driver.publish import STEPS
 
     for r in facts["ranks"]:
-        at = [r["timeline_s"][name] for name in STEPS]  # each rank uploaded a part: every step is there
-        assert at == sorted(at) and -1.0 < at[0] and at[-1] <= facts["elapsed_s"] + 1.0, r["timeline_s"]
+        at = r["timeline_s"]  # each rank uploaded a part: every step is there
+        in_order = [at[name] for name in STEPS if name != "client"]  # made before the plan or after it
+        assert in_order == sorted(in_order) and -1.0 < in_order[0] and in_order[-1] <= facts["elapsed_s"] + 1.0, at
+        assert at["credentials"] <= at["client"] <= at["first_upload"], at
     for name in STEPS:
         each = sorted(r["timeline_s"][name] for r in facts["ranks"])
         summary = facts["timeline_s"][name]
@@ -217,6 +219,18 @@ def test_a_header_claiming_a_beam_table_it_cannot_carry_loses_the_claim():
     parsed = fits.Header.fromstring(text)
     assert "CASAMBM" not in parsed and parsed["NAXIS3"] == 2
     assert image.object_bytes == 2 * 2880  # header block, data padded to one block: no table
+
+
+def test_ranks_make_their_clients_after_the_plan_where_they_outnumber_the_cores():
+    from ingest.driver.publish import crowded
+
+    two_cores = ("boot-a", (0, 1))
+    four_on_two = [(True, (f"n{r}", two_cores)) for r in range(4)]  # emulated nodes, one machine
+    assert crowded(four_on_two, 1) and crowded(four_on_two, 3)
+    two_on_two = four_on_two[:2]
+    assert not crowded(two_on_two, 1)
+    own_machines = [(True, (f"n{r}", (f"boot-{r}", (0, 1)))) for r in range(4)]  # a node each, 2 cores each
+    assert not crowded(own_machines, 3)
 
 
 # ------------------------------------------------------------------ the store verifies every part

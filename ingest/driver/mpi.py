@@ -103,11 +103,16 @@ def topology(comm) -> Topology:
     """Which node each rank runs on, by processor name (collective): which ranks share a node's
     link to the store; and which machine, by its boot id (nodes emulated in namespaces on one
     machine share its cores), with the CPUs each rank may run on."""
+    hosts, machines = zip(*quiet_allgather(comm, placement()))  # ranks start seconds apart at scale
+    return Topology.of_hosts(hosts, machines)
+
+
+def placement() -> tuple[str, tuple[str, tuple[int, ...]]]:
+    """Where this rank runs, as topology() gathers it: (its node's name, (its machine's boot id,
+    the CPUs it may run on)); a caller that gathers something else too sends it beside this."""
     from mpi4py import MPI
 
-    here = (MPI.Get_processor_name(), (_machine_id(), cpus()))
-    hosts, machines = zip(*quiet_allgather(comm, here))  # ranks start seconds apart at scale
-    return Topology.of_hosts(hosts, machines)
+    return MPI.Get_processor_name(), (_machine_id(), cpus())
 
 
 def cpus() -> tuple[int, ...]:

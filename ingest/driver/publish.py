@@ -33,7 +33,8 @@ import numpy as np
 
 from ingest.config import RunConfig
 from ingest.driver.commands import config_for
-from ingest.driver.mpi import RootStepFailed, all_agree_or_raise, root_step
+from ingest.core.sharing import Topology
+from ingest.driver.mpi import RootStepFailed, all_agree_or_raise, placement, quiet_allgather, quiet_wait, root_step
 from ingest.driver.rootwork import building_report, gather_to_root, ledger, start_ledger
 from ingest.driver.publish_plan import Plan, make_plan, options_for_store, uses_presigned
 from ingest.driver.publish_rounds import Holding, Rounds, failed_ranks
@@ -99,6 +100,41 @@ def _open_files(regions, mine) -> tuple[dict, Exception | None]:
         return {}, IngestError(f"region file: cannot map it ({exc})")
 
 
+def crowded(gathered, rank: int) -> bool:
+    """Does `rank`'s machine run more ranks than it has cores? `gathered`: every rank's
+    (anything, placement()), in rank order."""
+    hosts, machines = zip(*(where for _, where in gathered))
+    ranks, cores = Topology.of_hosts(hosts, machines).ranks_sharing_cores(rank)
+    return ranks > cores
+
+
+TURN_TAG = 32000  # the clients' turns (_client_in_turn): above every part's tag (part + 1 <= 10,000)
+
+
+def _client_in_turn(comm, gathered, make):
+    """make() in this rank's turn among the ranks other than 0 on its machine, in rank order, as
+    many at a time as the machine has cores: a rank waits (asleep) for the one that many places
+    before it to finish, then lets the one that many places after it start. A client that cannot
+    be made is left to the rank's first part, whose failure the rounds report (None here)."""
+    rank = comm.Get_rank()
+    hosts, machines = zip(*(where for _, where in gathered))
+    topology = Topology.of_hosts(hosts, machines)
+    machine = topology.machine_of_rank[rank]
+    line = [r for r in range(1, topology.n_ranks) if topology.machine_of_rank[r] == machine]
+    at_once = max(1, int(topology.cores_of_machine[machine]))
+    place = line.index(rank)
+    if place >= at_once:
+        token = np.zeros(1, np.int32)
+        quiet_wait(comm.Irecv(token, source=line[place - at_once], tag=TURN_TAG).Test)
+    try:
+        return make()
+    except IngestError:
+        return None
+    finally:
+        if place + at_once < len(line):
+            comm.Send(np.ones(1, np.int32), dest=line[place + at_once], tag=TURN_TAG)
+
+
 def _have_credentials() -> bool:
     from ingest.transports.environment import have_credentials
 
@@ -156,15 +192,30 @@ def _publish(comm, cfg: RunConfig, regions, header) -> dict:
         holdings = {index: Holding(all_regions[index], h.array) for index, h in zip(held_by[rank], local)}
     all_agree_or_raise(comm, error)
     marks["regions"] = time.time()
-    credentials = comm.allgather(_have_credentials())
+    gathered = quiet_allgather(comm, (_have_credentials(), placement()))
+    credentials = [has for has, _ in gathered]
     marks["credentials"] = time.time()
-    # The other ranks make their upload clients (0.1-0.2 s each) while rank 0 plans, not after.
-    client = (upload_client(cfg.parts_in_flight + 1, options_for_store(cfg))
-              if rank != 0 and not uses_presigned(cfg.upload_method, credentials) else None)
-    marks["client"] = time.time()
+    # The other ranks' upload clients (0.2-0.3 s of CPU each: botocore's import and service model).
+    # Where each rank has a core, they are made while rank 0 plans. Where the machine's ranks
+    # outnumber its cores, they are made after the plan, as many at once as the machine has cores
+    # (_client_in_turn): rank 0's plan, which every rank waits for, has the cores first, and the
+    # first ranks' parts go up while the others still make their clients. Made all at once they
+    # would all be ready together, at the end.
+    def make_client():
+        client = upload_client(cfg.parts_in_flight + 1, options_for_store(cfg))
+        marks["client"] = time.time()
+        return client
+
+    client = None
+    needs_client = rank != 0 and not uses_presigned(cfg.upload_method, credentials)
+    in_turn = needs_client and crowded(gathered, rank)
+    if needs_client and not in_turn:
+        client = make_client()
     keep: dict = {}
     plan = root_step(comm, make_plan, cfg, all_regions, held_by, header, header_source, credentials, keep)
     marks["plan"] = time.time()
+    if in_turn:
+        client = _client_in_turn(comm, gathered, make_client)
     if rank == 0:
         upload_text = (f"resuming upload {plan.upload_id} ({len(plan.existing)} part(s) stored)" if plan.resumed
                        else f"upload {plan.upload_id}")
@@ -204,7 +255,10 @@ def _upload(comm, cfg: RunConfig, plan: Plan, holdings: dict, upload, client, t0
             if plan.presigned else None
         stats = Rounds(comm, plan, holdings, uploader, cfg.parts_in_flight, urls,
                        on_round=progress.round_done if progress else None).run()
-        stats.marks.update(marks, rounds=time.time())
+        # When this rank's client was ready: made before the plan, by its first upload, or (rank 0's,
+        # presigned URLs' pool) with the plan.
+        client_at = marks.get("client") or uploader.client_ready_at or marks["plan"]
+        stats.marks.update(marks, client=client_at, rounds=time.time())
         if progress:
             progress.close()
         if stats.errors:
@@ -301,8 +355,9 @@ def _report(cfg: RunConfig, plan: Plan, result: dict, ranks: list, what: str) ->
     return report
 
 
-# The steps of a publish in the order every rank passes them (RankStats.marks).
-STEPS = ("start", "regions", "credentials", "client", "plan", "first_upload", "last_upload_end", "rounds")
+# The steps of a publish in the order every rank passes them (RankStats.marks), but `client`: when
+# the rank's upload client was ready, before the plan or after it (see _publish).
+STEPS = ("start", "regions", "credentials", "plan", "client", "first_upload", "last_upload_end", "rounds")
 
 
 def since(marks: dict, start: float) -> dict:

@@ -75,7 +75,7 @@ class RankStats:
     failed_bytes: int = 0
     failure_kinds: dict = field(default_factory=dict)
     # When this rank reached each step (time.time(), seconds since the epoch: comparable across
-    # nodes whose clocks agree), and its uploads' first start and last end; the report shows them
+    # nodes whose clocks agree), its first part's request and its last part's end; the report shows them
     # from rank 0's start (driver.publish.timeline).
     marks: dict = field(default_factory=dict)
     records: list = field(default_factory=list)  # staging.multipart.PartRecord of the parts it aggregated
@@ -271,8 +271,6 @@ class Rounds:
         body = memoryview(buffer)[:hi - lo]
         number = part + 1
         t0 = time.perf_counter()
-        with self.stats.lock:
-            self.stats.marks.setdefault("first_upload", time.time())
         try:
             stored = self.plan.existing.get(number)
             if stored is not None and part_matches(stored, body):
@@ -347,6 +345,8 @@ class Rounds:
                 self.stats.note_throttling(self.uploader.throttle_stats())
             if hasattr(self.uploader, "failures"):
                 self.stats.note_failures(self.uploader.failures())
+            if getattr(self.uploader, "first_sent_at", None) is not None:
+                self.stats.marks["first_upload"] = self.uploader.first_sent_at
             if not stopped:
                 self._stop_after_round()  # the last rounds' uploads
         except BaseException:

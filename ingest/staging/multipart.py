@@ -29,6 +29,7 @@ import base64
 import hashlib
 import io
 import threading
+import time
 import zlib
 from dataclasses import dataclass
 
@@ -316,13 +317,26 @@ class PartUploader:
         self.policy, self.presigned = policy, presigned
         self.limiter = Limiter(max(1, slots))
         self._failures = PartFailures()
+        self._client, self._options, self._slots = None, options, slots
+        self._client_lock = threading.Lock()
+        self.client_ready_at: float | None = None  # time.time() when a client made here was ready
+        self.first_sent_at: float | None = None  # time.time() when the first part's request began
         if presigned:
             self._pool = _url_pool(slots, options)
-        else:  # rank 0 passes its Upload's client: making one costs 0.1-0.2 s
+        elif client is not None:  # rank 0 passes its Upload's client: making one costs 0.2-0.3 s of CPU
             from ingest.transports.s3client import apply_upload_checksums
 
             # A client made elsewhere still follows the one checksum policy (no aws-chunked trailer).
-            self._client = apply_upload_checksums(client) if client is not None else upload_client(slots + 1, options)
+            self._client = apply_upload_checksums(client)
+
+    def client(self):
+        """The S3 client the parts go through: the one given, or one made by the first part that
+        needs it (the others wait for it)."""
+        with self._client_lock:
+            if self._client is None:
+                self._client = upload_client(self._slots + 1, self._options)
+                self.client_ready_at = time.time()
+            return self._client
 
     def put(self, number: int, buffer, url: str | None = None) -> PartRecord:
         """Upload part `number` (its bytes in `buffer`) with its checksum; retried per the policy."""
@@ -331,22 +345,30 @@ class PartUploader:
         # sent) and what ingest checks the part's ETag, then the object's, against.
         md5 = md5_b64(buffer)
         if self.presigned:
+            self._note_first_sent()
             return retry_call(lambda: _call_part(lambda: self._put_url(number, buffer, url, md5, what), what),
                               self.policy, what, gate=self.limiter, on_failure=self._failures.counter(len(buffer)))
         crc = crc32_b64(buffer) if self.checksum == "CRC32" else None
         extra = {"ChecksumCRC32": crc} if crc else {}
+        client = self.client()
+        self._note_first_sent()
         # The client's policy (ingest.transports.s3client): Content-MD5 off AWS, beside the CRC32.
-        if not crc or self._client.meta.config.request_checksum_calculation != "when_supported":
+        if not crc or client.meta.config.request_checksum_calculation != "when_supported":
             extra["ContentMD5"] = md5
         sent = "Content-MD5" if "ContentMD5" in extra else "CRC32"
 
         def put():
-            reply = self._client.upload_part(Bucket=self.bucket, Key=self.key, UploadId=self.upload_id,
+            reply = client.upload_part(Bucket=self.bucket, Key=self.key, UploadId=self.upload_id,
                                              PartNumber=number, Body=_BufferFile(buffer), **extra)
             integrity.check_part_etag(what, reply.get("ETag", ""), integrity.b64_to_hex(md5), reply)
             return PartRecord(number, len(buffer), reply["ETag"], crc, integrity.b64_to_hex(md5), sent)
         return retry_call(lambda: _call_part(put, what), self.policy, what, gate=self.limiter,
                           on_failure=self._failures.counter(len(buffer)))
+
+    def _note_first_sent(self) -> None:
+        with self._client_lock:
+            if self.first_sent_at is None:
+                self.first_sent_at = time.time()
 
     def throttle_stats(self) -> ThrottleStats:
         """Throttled parts and the parts in flight the store allowed this rank."""
