@@ -221,16 +221,34 @@ def test_a_header_claiming_a_beam_table_it_cannot_carry_loses_the_claim():
     assert image.object_bytes == 2 * 2880  # header block, data padded to one block: no table
 
 
-def test_ranks_make_their_clients_after_the_plan_where_they_outnumber_the_cores():
-    from ingest.driver.publish import crowded
+def test_on_a_crowded_machine_the_ranks_make_their_clients_in_turn_and_publish_exactly(s3_server, store, tmp_path):
+    """The harness takes this machine as crowded: ranks 1-3 make their clients after the plan, one
+    at a time (cores - 1 on 2 cores, or 1), each ready after the one before it."""
+    bucket, key = store["bucket"], "out/crowded.fits"
+    report = tmp_path / "crowded.json"
+    proc = publish_job(s3_server, 4, ["--source", store["staged"], "--dest", f"s3://{bucket}/{key}", "--report", report],
+                       harness=(os.path.join(ROOT, "tests", "mpi_harness_publish.py"), "crowded"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _body(store["client"], bucket, key) == store["bytes"]
+    facts = json.loads(report.read_text())
+    _check_timeline(facts)
+    at = [r["timeline_s"] for r in facts["ranks"]]
+    assert all(t["client"] >= t["plan"] for t in at[1:])  # after the plan
+    cores = len(os.sched_getaffinity(0))
+    if cores <= 2:  # one at a time, in rank order
+        assert at[1]["client"] <= at[2]["client"] <= at[3]["client"], at
+
+
+def test_ranks_make_their_clients_after_the_plan_where_they_outnumber_the_cores_many_times():
+    from ingest.driver.publish import CROWDED_RANKS_PER_CORE, crowded
 
     two_cores = ("boot-a", (0, 1))
-    four_on_two = [(True, (f"n{r}", two_cores)) for r in range(4)]  # emulated nodes, one machine
-    assert crowded(four_on_two, 1) and crowded(four_on_two, 3)
-    two_on_two = four_on_two[:2]
-    assert not crowded(two_on_two, 1)
-    own_machines = [(True, (f"n{r}", (f"boot-{r}", (0, 1)))) for r in range(4)]  # a node each, 2 cores each
-    assert not crowded(own_machines, 3)
+    many = 2 * CROWDED_RANKS_PER_CORE + 1
+    on_two = [(True, (f"n{r % 16}", two_cores)) for r in range(many)]  # emulated nodes, one machine
+    assert crowded(on_two, 1) and crowded(on_two, many - 1)
+    assert not crowded(on_two[:2 * CROWDED_RANKS_PER_CORE], 1)  # a few ranks a core: all at once
+    own_machines = [(True, (f"n{r}", (f"boot-{r}", (0, 1)))) for r in range(many)]  # a node each, 2 cores each
+    assert not crowded(own_machines, many - 1)
 
 
 # ------------------------------------------------------------------ the store verifies every part

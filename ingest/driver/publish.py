@@ -100,12 +100,21 @@ def _open_files(regions, mine) -> tuple[dict, Exception | None]:
         return {}, IngestError(f"region file: cannot map it ({exc})")
 
 
+# Ranks per core above which a machine's ranks make their upload clients in turn, after the plan.
+# Made all at once, N clients of about 0.3 s of CPU are all ready after N x 0.3 s / cores; in turn
+# (cores - 1 at a time) the first is ready 0.3 s after the plan and the last later than all at
+# once would have been. At a few ranks per core all at once, beside rank 0's plan, is done within
+# about a second (4 ranks on 2 cores: 3.49-3.53 s against 3.59-3.64 s in turn, BENCHMARKS); at
+# tens, the parts of the first ranks going up while the others wait is what saves seconds.
+CROWDED_RANKS_PER_CORE = 4
+
+
 def crowded(gathered, rank: int) -> bool:
-    """Does `rank`'s machine run more ranks than it has cores? `gathered`: every rank's
-    (anything, placement()), in rank order."""
+    """Does `rank`'s machine run more than CROWDED_RANKS_PER_CORE ranks per core? `gathered`:
+    every rank's (anything, placement()), in rank order."""
     hosts, machines = zip(*(where for _, where in gathered))
     ranks, cores = Topology.of_hosts(hosts, machines).ranks_sharing_cores(rank)
-    return ranks > cores
+    return ranks > CROWDED_RANKS_PER_CORE * cores
 
 
 TURN_TAG = 32000  # the clients' turns (_client_in_turn): above every part's tag (part + 1 <= 10,000)
@@ -113,15 +122,16 @@ TURN_TAG = 32000  # the clients' turns (_client_in_turn): above every part's tag
 
 def _client_in_turn(comm, gathered, make):
     """make() in this rank's turn among the ranks other than 0 on its machine, in rank order, as
-    many at a time as the machine has cores: a rank waits (asleep) for the one that many places
-    before it to finish, then lets the one that many places after it start. A client that cannot
-    be made is left to the rank's first part, whose failure the rounds report (None here)."""
+    many at a time as the machine has cores less one (one core stays with the parts already going
+    up; at least one at a time): a rank waits (asleep) for the one that many places before it to
+    finish, then lets the one that many places after it start. A client that cannot be made is
+    left to the rank's first part, whose failure the rounds report (None here)."""
     rank = comm.Get_rank()
     hosts, machines = zip(*(where for _, where in gathered))
     topology = Topology.of_hosts(hosts, machines)
     machine = topology.machine_of_rank[rank]
     line = [r for r in range(1, topology.n_ranks) if topology.machine_of_rank[r] == machine]
-    at_once = max(1, int(topology.cores_of_machine[machine]))
+    at_once = max(1, int(topology.cores_of_machine[machine]) - 1)
     place = line.index(rank)
     if place >= at_once:
         token = np.zeros(1, np.int32)
@@ -196,11 +206,11 @@ def _publish(comm, cfg: RunConfig, regions, header) -> dict:
     credentials = [has for has, _ in gathered]
     marks["credentials"] = time.time()
     # The other ranks' upload clients (0.2-0.3 s of CPU each: botocore's import and service model).
-    # Where each rank has a core, they are made while rank 0 plans. Where the machine's ranks
-    # outnumber its cores, they are made after the plan, as many at once as the machine has cores
-    # (_client_in_turn): rank 0's plan, which every rank waits for, has the cores first, and the
-    # first ranks' parts go up while the others still make their clients. Made all at once they
-    # would all be ready together, at the end.
+    # Where each rank has a core (or a few share one), they are made while rank 0 plans. Where a
+    # machine's ranks outnumber its cores many times (crowded), they are made after the plan, as
+    # many at once as the machine has cores less one (_client_in_turn): rank 0's plan, which every rank waits for, has the cores first,
+    # and the first ranks' parts go up, on the core left to them, while the others still make
+    # their clients. Made all at once they would all be ready together, at the end.
     def make_client():
         client = upload_client(cfg.parts_in_flight + 1, options_for_store(cfg))
         marks["client"] = time.time()
