@@ -102,7 +102,7 @@ def _open_files(regions, mine) -> tuple[dict, Exception | None]:
 
 # Ranks per core above which a machine's ranks make their upload clients in turn, after the plan.
 # Made all at once, N clients of about 0.3 s of CPU are all ready after N x 0.3 s / cores; in turn
-# (cores - 1 at a time) the first is ready 0.3 s after the plan and the last later than all at
+# (cores at a time) the first is ready 0.3 s after the plan and the last later than all at
 # once would have been. At a few ranks per core all at once, beside rank 0's plan, is done within
 # about a second (4 ranks on 2 cores: 3.49-3.53 s against 3.59-3.64 s in turn, BENCHMARKS); at
 # tens, the parts of the first ranks going up while the others wait is what saves seconds.
@@ -122,16 +122,15 @@ TURN_TAG = 32000  # the clients' turns (_client_in_turn): above every part's tag
 
 def _client_in_turn(comm, gathered, make):
     """make() in this rank's turn among the ranks other than 0 on its machine, in rank order, as
-    many at a time as the machine has cores less one (one core stays with the parts already going
-    up; at least one at a time): a rank waits (asleep) for the one that many places before it to
-    finish, then lets the one that many places after it start. A client that cannot be made is
-    left to the rank's first part, whose failure the rounds report (None here)."""
+    many at a time as the machine has cores: a rank waits (asleep) for the one that many places
+    before it to finish, then lets the one that many places after it start. A client that cannot
+    be made is left to the rank's first part, whose failure the rounds report (None here)."""
     rank = comm.Get_rank()
     hosts, machines = zip(*(where for _, where in gathered))
     topology = Topology.of_hosts(hosts, machines)
     machine = topology.machine_of_rank[rank]
     line = [r for r in range(1, topology.n_ranks) if topology.machine_of_rank[r] == machine]
-    at_once = max(1, int(topology.cores_of_machine[machine]) - 1)
+    at_once = max(1, int(topology.cores_of_machine[machine]))
     place = line.index(rank)
     if place >= at_once:
         token = np.zeros(1, np.int32)
@@ -208,8 +207,8 @@ def _publish(comm, cfg: RunConfig, regions, header) -> dict:
     # The other ranks' upload clients (0.2-0.3 s of CPU each: botocore's import and service model).
     # Where each rank has a core (or a few share one), they are made while rank 0 plans. Where a
     # machine's ranks outnumber its cores many times (crowded), they are made after the plan, as
-    # many at once as the machine has cores less one (_client_in_turn): rank 0's plan, which every rank waits for, has the cores first,
-    # and the first ranks' parts go up, on the core left to them, while the others still make
+    # many at once as the machine has cores (_client_in_turn): rank 0's plan, which every rank
+    # waits for, has the cores first, and the first ranks' parts go up while the others still make
     # their clients. Made all at once they would all be ready together, at the end.
     def make_client():
         client = upload_client(cfg.parts_in_flight + 1, options_for_store(cfg))
