@@ -5,9 +5,11 @@ it); a connection cut behind Toxiproxy. MPI jobs run as real `mpiexec` children.
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import socket
 import sys
 import uuid
 import warnings
@@ -240,15 +242,19 @@ def test_on_a_crowded_machine_the_ranks_make_their_clients_in_turn_and_publish_e
 
 
 def test_ranks_make_their_clients_after_the_plan_where_they_outnumber_the_cores_many_times():
+    from ingest.core.sharing import Topology
     from ingest.driver.publish import CROWDED_RANKS_PER_CORE, crowded
+
+    def topology(placements):  # each rank's driver.mpi.placement()
+        return Topology.of_hosts(*zip(*placements))
 
     two_cores = ("boot-a", (0, 1))
     many = 2 * CROWDED_RANKS_PER_CORE + 1
-    on_two = [(True, (f"n{r % 16}", two_cores)) for r in range(many)]  # emulated nodes, one machine
-    assert crowded(on_two, 1) and crowded(on_two, many - 1)
-    assert not crowded(on_two[:2 * CROWDED_RANKS_PER_CORE], 1)  # a few ranks a core: all at once
-    own_machines = [(True, (f"n{r}", (f"boot-{r}", (0, 1)))) for r in range(many)]  # a node each, 2 cores each
-    assert not crowded(own_machines, many - 1)
+    on_two = [(f"n{r % 16}", two_cores) for r in range(many)]  # emulated nodes, one machine
+    assert crowded(topology(on_two), 1) and crowded(topology(on_two), many - 1)
+    assert not crowded(topology(on_two[:2 * CROWDED_RANKS_PER_CORE]), 1)  # a few ranks a core: all at once
+    own_machines = [(f"n{r}", (f"boot-{r}", (0, 1))) for r in range(many)]  # a node each, 2 cores each
+    assert not crowded(topology(own_machines), many - 1)
 
 
 # ------------------------------------------------------------------ the store verifies every part
@@ -280,6 +286,19 @@ def test_a_corrupted_part_is_refused_by_the_store(s3_env, store, monkeypatch, pr
     upload.abort()
 
 
+def _fails_once_as_congestion(uploader, body, url, said: str) -> None:
+    """A 2-slot uploader with no retries gives the part up after one attempt that ran out of time
+    (`said`), counts it as one failure of kind UPLOAD_TIMEOUT and halves its parts in flight."""
+    import ingest.staging.multipart as multipart
+    from ingest.transports.retry import UPLOAD_TIMEOUT
+
+    with pytest.raises(multipart.TransportError, match=rf"part 1: gave up after 1 attempt.*{said}"):
+        uploader.put(1, body, url)
+    assert uploader.failures() == {"failed_attempts": 1, "failed_bytes": len(body), "kinds": {UPLOAD_TIMEOUT: 1}}
+    seen = uploader.throttle_stats()
+    assert (seen.throttled, seen.concurrency_ceiling, seen.concurrency_min) == (1, 2, 1)
+
+
 @pytest.mark.parametrize("presigned", [False, True], ids=["s3", "presigned"])
 def test_a_part_the_store_does_not_answer_in_time_lowers_the_parts_in_flight(s3_env, store, s3_server, toxiproxy,
                                                                              presigned):
@@ -287,7 +306,7 @@ def test_a_part_the_store_does_not_answer_in_time_lowers_the_parts_in_flight(s3_
     attempt is a failure counted as one, and the rank's limiter halves its parts in flight, as for a
     throttle; once answers come in time the same part is stored."""
     import ingest.staging.multipart as multipart
-    from ingest.transports.retry import UPLOAD_TIMEOUT, RetryPolicy
+    from ingest.transports.retry import RetryPolicy
 
     name = f"slow_{uuid.uuid4().hex[:8]}"
     endpoint = f"http://{toxiproxy.create_proxy(name, f'127.0.0.1:{s3_server.port}')}"
@@ -302,12 +321,7 @@ def test_a_part_the_store_does_not_answer_in_time_lowers_the_parts_in_flight(s3_
                                           options={"endpoint_url": endpoint, "read_timeout": 1.0})
         body = np.frombuffer(os.urandom(1 << 20), np.uint8)
         toxiproxy.add_toxic(name, "latency", {"latency": 2500, "jitter": 0}, stream="downstream")
-        with pytest.raises(multipart.TransportError, match=r"part 1: gave up after 1 attempt.*no answer came within "
-                                                           r"the read timeout"):
-            uploader.put(1, body, url)
-        assert uploader.failures() == {"failed_attempts": 1, "failed_bytes": len(body), "kinds": {UPLOAD_TIMEOUT: 1}}
-        seen = uploader.throttle_stats()
-        assert (seen.throttled, seen.concurrency_ceiling, seen.concurrency_min) == (1, 2, 1)
+        _fails_once_as_congestion(uploader, body, url, r"no answer came within the read timeout")
         toxiproxy.remove_toxic(name, "latency_downstream")
         record = uploader.put(1, body, url)
         assert multipart.part_matches(record, body) and list(upload.parts()) == [1]
@@ -316,37 +330,16 @@ def test_a_part_the_store_does_not_answer_in_time_lowers_the_parts_in_flight(s3_
         toxiproxy.delete_proxy(name)
 
 
-class _Deaf:
-    """A TCP listener that accepts and never reads, with a small receive buffer: a body sent to it
-    stops in the sockets' buffers, as on an uplink shared by more parts than it carries in time."""
-
-    def __init__(self):
-        import socket
-        import threading
-
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.held: list = []
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
-
-    def _accept(self):
-        while True:
-            try:
-                self.held.append(self.sock.accept()[0])
-            except OSError:
-                return
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-
-    def close(self):
-        self.sock.close()
-        for conn in self.held:
-            conn.close()
+@contextlib.contextmanager
+def _deaf_listener():
+    """The URL of a TCP listener nobody reads from: the kernel completes the handshake, a small
+    receive buffer fills, and a body sent to it stops in the sockets' buffers, as on an uplink
+    shared by more parts than it carries in time."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 @pytest.mark.parametrize("presigned", [False, True], ids=["s3", "presigned"])
@@ -356,23 +349,15 @@ def test_a_part_whose_body_cannot_be_sent_in_time_lowers_the_parts_in_flight(s3_
     congestion as much as a late answer is, so the rank's limiter halves its parts in flight, and
     the attempt counts as one failure."""
     import ingest.staging.multipart as multipart
-    from ingest.transports.retry import UPLOAD_TIMEOUT, RetryPolicy
+    from ingest.transports.retry import RetryPolicy
 
-    deaf = _Deaf()
-    try:
-        url = f"{deaf.url}/bucket/key?partNumber=1&uploadId=u"  # the listener answers nothing: no signature needed
+    with _deaf_listener() as endpoint:
+        url = f"{endpoint}/bucket/key?partNumber=1&uploadId=u"  # the listener answers nothing: no signature needed
         uploader = multipart.PartUploader("bucket", "key", "u", None, RetryPolicy(retries=0, backoff_s=0.01),
                                           presigned=presigned, slots=2,
-                                          options={"endpoint_url": deaf.url, "connect_timeout": 1.0, "read_timeout": 1.0})
+                                          options={"endpoint_url": endpoint, "connect_timeout": 1.0, "read_timeout": 1.0})
         body = np.zeros(32 << 20, np.uint8)  # more than loopback's socket buffers hold
-        with pytest.raises(multipart.TransportError, match=r"part 1: gave up after 1 attempt.*could not be sent "
-                                                           r"within the timeout"):
-            uploader.put(1, body, url)
-        assert uploader.failures() == {"failed_attempts": 1, "failed_bytes": len(body), "kinds": {UPLOAD_TIMEOUT: 1}}
-        seen = uploader.throttle_stats()
-        assert (seen.throttled, seen.concurrency_ceiling, seen.concurrency_min) == (1, 2, 1)
-    finally:
-        deaf.close()
+        _fails_once_as_congestion(uploader, body, url, r"could not be sent within the timeout")
 
 
 # ------------------------------------------------------------------ failures mid-upload

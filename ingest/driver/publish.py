@@ -109,25 +109,21 @@ def _open_files(regions, mine) -> tuple[dict, Exception | None]:
 CROWDED_RANKS_PER_CORE = 4
 
 
-def crowded(gathered, rank: int) -> bool:
-    """Does `rank`'s machine run more than CROWDED_RANKS_PER_CORE ranks per core? `gathered`:
-    every rank's (anything, placement()), in rank order."""
-    hosts, machines = zip(*(where for _, where in gathered))
-    ranks, cores = Topology.of_hosts(hosts, machines).ranks_sharing_cores(rank)
+def crowded(topology: Topology, rank: int) -> bool:
+    """Does `rank`'s machine run more than CROWDED_RANKS_PER_CORE ranks per core?"""
+    ranks, cores = topology.ranks_sharing_cores(rank)
     return ranks > CROWDED_RANKS_PER_CORE * cores
 
 
 TURN_TAG = 32000  # the clients' turns (_client_in_turn): above every part's tag (part + 1 <= 10,000)
 
 
-def _client_in_turn(comm, gathered, make):
+def _client_in_turn(comm, topology: Topology, make):
     """make() in this rank's turn among the ranks other than 0 on its machine, in rank order, as
     many at a time as the machine has cores: a rank waits (asleep) for the one that many places
     before it to finish, then lets the one that many places after it start. A client that cannot
     be made is left to the rank's first part, whose failure the rounds report (None here)."""
     rank = comm.Get_rank()
-    hosts, machines = zip(*(where for _, where in gathered))
-    topology = Topology.of_hosts(hosts, machines)
     machine = topology.machine_of_rank[rank]
     line = [r for r in range(1, topology.n_ranks) if topology.machine_of_rank[r] == machine]
     at_once = max(1, int(topology.cores_of_machine[machine]))
@@ -201,8 +197,9 @@ def _publish(comm, cfg: RunConfig, regions, header) -> dict:
         holdings = {index: Holding(all_regions[index], h.array) for index, h in zip(held_by[rank], local)}
     all_agree_or_raise(comm, error)
     marks["regions"] = time.time()
-    gathered = quiet_allgather(comm, (_have_credentials(), placement()))
-    credentials = [has for has, _ in gathered]
+    credentials, placements = zip(*quiet_allgather(comm, (_have_credentials(), placement())))
+    credentials = list(credentials)
+    topology = Topology.of_hosts(*zip(*placements))
     marks["credentials"] = time.time()
     # The other ranks' upload clients (0.2-0.3 s of CPU each: botocore's import and service model).
     # Where each rank has a core (or a few share one), they are made while rank 0 plans. Where a
@@ -217,14 +214,14 @@ def _publish(comm, cfg: RunConfig, regions, header) -> dict:
 
     client = None
     needs_client = rank != 0 and not uses_presigned(cfg.upload_method, credentials)
-    in_turn = needs_client and crowded(gathered, rank)
+    in_turn = needs_client and crowded(topology, rank)
     if needs_client and not in_turn:
         client = make_client()
     keep: dict = {}
     plan = root_step(comm, make_plan, cfg, all_regions, held_by, header, header_source, credentials, keep)
     marks["plan"] = time.time()
     if in_turn:
-        client = _client_in_turn(comm, gathered, make_client)
+        client = _client_in_turn(comm, topology, make_client)
     if rank == 0:
         upload_text = (f"resuming upload {plan.upload_id} ({len(plan.existing)} part(s) stored)" if plan.resumed
                        else f"upload {plan.upload_id}")
@@ -377,13 +374,12 @@ def since(marks: dict, start: float) -> dict:
 def timeline(ranks: list) -> dict:
     """When the ranks reached each step, in seconds after rank 0's start: the first, the median and
     the last rank, and which rank was last. Where the makespan goes, step by step, at any rank count."""
-    start = ranks[0]["marks"]["start"]
+    each = [since(r["marks"], ranks[0]["marks"]["start"]) for r in ranks]
     out = {}
     for name in STEPS:
-        at = sorted((r["marks"][name] - start, i) for i, r in enumerate(ranks) if name in r["marks"])
+        at = sorted((t[name], i) for i, t in enumerate(each) if name in t)
         if at:
-            out[name] = {"first": round(at[0][0], 6), "median": round(at[len(at) // 2][0], 6),
-                         "last": round(at[-1][0], 6), "last_rank": at[-1][1]}
+            out[name] = {"first": at[0][0], "median": at[len(at) // 2][0], "last": at[-1][0], "last_rank": at[-1][1]}
     return out
 
 
