@@ -313,6 +313,18 @@ def build_parser():
     return parser
 
 
+def extra_args(args) -> dict:
+    """--COMMAND-args as each command's option list; a line that does not split is refused by name."""
+    out = {}
+    for command in COMMANDS:
+        text = getattr(args, f"{command}_args")
+        try:
+            out[command] = tuple(shlex.split(text))
+        except ValueError as exc:
+            raise SystemExit(f"--{command}-args: {text!r} does not split into options ({exc})") from None
+    return out
+
+
 def _results(args, rows: list, object_bytes: int, complete: bool) -> dict:
     return {**cluster_bench._results(args, rows, object_bytes, complete), "commands": parse_commands(args.commands),
             "sources": args.sources, "targets": TARGETS}
@@ -334,6 +346,7 @@ def run(args) -> dict:
     nodes_list, ranks_list = common.counts("--nodes", args.nodes), common.counts("--ranks", args.ranks)
     if args.sources < 1:
         raise SystemExit(f"--sources: {args.sources} must be at least 1")
+    extra = extra_args(args)
     work_dir = tempfile.mkdtemp(prefix="ingest-bench-cluster-commands-")
     # The cells share one cache of measured links, as a centre's runs do (bench/cluster.py): a cell
     # too small to probe is planned with what an earlier one measured.
@@ -353,7 +366,7 @@ def run(args) -> dict:
                 url = cluster.put_file(cube_path, "cube.fits")
                 s = Setting(cluster, nodes, url, cube_path, shape, work_dir, catalogue, args.sources,
                             args.run_timeout_s, args.keep_reports,
-                            {c: tuple(shlex.split(getattr(args, f"{c}_args"))) for c in COMMANDS})
+                            extra)
                 for ranks in ranks_list:
                     try:
                         for command in commands:

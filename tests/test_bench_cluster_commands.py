@@ -99,6 +99,9 @@ def test_measures_are_read_by_each_reports_own_names():
 def test_extra_options_go_to_their_commands_cells():
     args = cc.build_parser().parse_args(["--publish-args", "--upload-method presigned --parts-in-flight 4"])
     assert (args.publish_args, args.run_args) == ("--upload-method presigned --parts-in-flight 4", "")
+    assert cc.extra_args(args)["publish"] == ("--upload-method", "presigned", "--parts-in-flight", "4")
+    with pytest.raises(SystemExit, match="--publish-args: .*does not split"):
+        cc.extra_args(cc.build_parser().parse_args(["--publish-args", "--header-from 'cube.fits"]))
     argv = cc.command_argv("publish", url="s3://b/c.fits", shape=(4, 4, 4), out_dir="/o", report="/r.json",
                            staged_dir="/s", dest="s3://b/p.fits", extra=("--upload-method", "presigned"))
     assert argv[-5:] == ["--report", "/r.json", "--no-progress", "--upload-method", "presigned"]
