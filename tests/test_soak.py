@@ -68,7 +68,9 @@ def run_soak(argv):
 def rows(db, where="1"):
     conn = sqlite3.connect(db)
     conn.row_factory = sqlite3.Row
-    found = [dict(r) for r in conn.execute(f"SELECT * FROM soak_runs WHERE {where} ORDER BY soak_id, run")]
+    # In the order they ran: two soaks begun in the same second have soak_ids that sort by their
+    # random suffix, not by time.
+    found = [dict(r) for r in conn.execute(f"SELECT * FROM soak_runs WHERE {where} ORDER BY started_utc, soak_id, run")]
     conn.close()
     return found
 
