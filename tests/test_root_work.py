@@ -8,7 +8,8 @@ import uuid
 
 import pytest
 
-from ingest.driver.mpi import QUIET_POLL_MAX_S, QUIET_POLL_MIN_S, quiet_barrier, quiet_poll_s, quiet_wait, root_step
+from ingest.driver.mpi import root_step
+from ingest.driver.quiet import QUIET_POLL_MAX_S, QUIET_POLL_MIN_S, quiet_barrier, quiet_poll_s, quiet_wait
 from ingest.driver.rootwork import ledger, preload, start_ledger
 from ingest.testbed.synth import write_cube
 from tests.mpitools import check_root_ledger, child_env, mpiexec
@@ -50,10 +51,13 @@ def test_prestage_reports_rank_0s_own_work(s3_server, cube, tmp_path):
 
 
 class _LateOthers:
-    """Rank 0 of two, whose other rank arrives at the step's barrier `late_s` after rank 0 does."""
+    """Rank 0 of two, whose other rank arrives at the step's first collective `late_s` after rank 0
+    does: a collective's request (Ibarrier, Ibcast) is done from then on."""
 
     def __init__(self, late_s: float):
         self.late_s = late_s
+        self.arrives = None
+        self.looks = 0
 
     def Get_rank(self):
         return 0
@@ -62,17 +66,17 @@ class _LateOthers:
         return 2
 
     def Ibarrier(self):
-        arrives = time.perf_counter() + self.late_s
-        self.looks = 0
+        if self.arrives is None:
+            self.arrives = time.perf_counter() + self.late_s
 
         def test(_self):
             self.looks += 1
-            return time.perf_counter() >= arrives
+            return time.perf_counter() >= self.arrives
 
         return type("Request", (), {"Test": test})()
 
-    def bcast(self, obj, root=0):
-        return obj
+    def Ibcast(self, buffer, root=0):
+        return self.Ibarrier()  # the root's own buffer is already what it sends
 
 
 def test_a_step_charges_rank_0_its_work_not_its_wait_for_late_ranks():

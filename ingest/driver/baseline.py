@@ -20,7 +20,8 @@ from ingest.config import RunConfig
 from ingest.config.settings import transport_options
 from ingest.driver.job import Job
 from ingest.driver.read import read_rank_regions
-from ingest.driver.mpi import all_agree_or_raise, quiet_barrier, root_step
+from ingest.driver.mpi import all_agree_or_raise, root_step
+from ingest.driver.quiet import quiet_barrier
 from ingest.driver.rootwork import gather_to_root
 from ingest.transports import open_transport
 

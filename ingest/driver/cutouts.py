@@ -29,6 +29,7 @@ from ingest.driver.cutout_sources import cube_sources
 from ingest.driver.job import tune_for_job
 from ingest.driver.mpi import Handout, all_agree_or_raise, root_step, topology
 from ingest.driver.probe_rounds import root_step_with_crew
+from ingest.driver.quiet import quiet_allgather, quiet_gather
 from ingest.driver.rootwork import building_report, gather_to_root, ledger, preload, start_ledger
 from ingest.driver.source import ensure_lifetime, ready_to_read, resolve_source
 from ingest.formats.reader import read_any_layout_timed
@@ -145,7 +146,7 @@ def cutouts(comm, cfg: RunConfig) -> dict | None:
     bar = Progress(cfg, comm, job.n_todo) if rank == 0 else None
     reporter = Reporter(comm) if rank != 0 else None
     error, entries, record = None, [], None
-    resident = comm.allgather(resident_bytes())  # (and the barrier the makespan starts at)
+    resident = quiet_allgather(comm, resident_bytes())  # (and the barrier the makespan starts at)
     budget_bytes = rank_budget_bytes(cfg.cutout_batch_bytes, resident, rank)
     t0 = MPI.Wtime()
     try:
@@ -158,7 +159,8 @@ def cutouts(comm, cfg: RunConfig) -> dict | None:
     if bar is not None:
         bar.drain_until_done(size)
     all_agree_or_raise(comm, error)
-    makespan_s = comm.reduce(MPI.Wtime() - t0, op=MPI.MAX, root=0)
+    elapsed_s = quiet_gather(comm, MPI.Wtime() - t0)
+    makespan_s = max(elapsed_s) if rank == 0 else None
     gathered = gather_to_root(comm, (entries, record))
     if rank != 0:
         return None

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ingest.core.sharing import Topology
+from ingest.driver.quiet import quiet_allgather, quiet_bcast, quiet_scatter
 from ingest.driver.rootwork import Clock, note_step
 from ingest.errors import IngestError
 
@@ -157,82 +158,33 @@ def root_step(comm, fn, *args, **kwargs):
             result = fn(*args, **kwargs)
         except IngestError as exc:
             error = exc
-    # The others wait for rank 0's step asleep: a rank blocked in bcast spins a core (Open MPI
-    # busy-polls), and where ranks outnumber cores (64 emulated ranks on 2 cores) they took them
-    # from rank 0 itself, so the step it did for them took minutes instead of a second.
+    # The others wait for rank 0's step asleep (driver.quiet): a rank blocked in bcast spins a core
+    # (Open MPI busy-polls), and where ranks outnumber cores (64 emulated ranks on 2 cores) they
+    # took them from rank 0 itself, so the step it did for them took minutes instead of a second.
+    # The error, if any, goes with the result: one collective, not two.
     waiting = Clock()
-    quiet_barrier(comm)
-    waiting_s, waiting_cpu_s = waiting.elapsed()
-    error_text = comm.bcast(None if error is None else str(error), root=0)
+    root = comm.Get_rank() == 0
+    head = Handout(result.shared, None) if root and isinstance(result, Handout) else result
+    error_text, head = quiet_bcast(comm, (None if error is None else str(error), head) if root else None)
     if error is not None:
         error.collective = True  # every rank knows: exit cleanly, no Abort needed
         error.from_root_step = True  # rank 0 did it for everyone: no rank number in the message
         raise error
     if error_text is not None:
         raise RootStepFailed(error_text)
-    result = _hand_out(comm, result)
-    if comm.Get_rank() == 0:
+    if isinstance(head, Handout):  # each rank its own part; the shared part went to all above
+        head = Handout(head.shared, quiet_scatter(comm, result.per_rank if root else None),
+                       result.root_only if root else None)
+    waiting_s, waiting_cpu_s = waiting.elapsed()
+    if root:
         wall_s, cpu_s = clock.elapsed()
         note_step(wall_s - waiting_s, cpu_s - waiting_cpu_s, waiting_s, getattr(fn, "__name__", "step"))
-    return result
-
-
-def _hand_out(comm, result):
-    """Rank 0's result on every rank: broadcast whole, or a Handout's parts where they belong."""
-    root = comm.Get_rank() == 0
-    head = Handout(result.shared, None) if root and isinstance(result, Handout) else result
-    head = comm.bcast(head, root=0)
-    if not isinstance(head, Handout):
-        return head
-    mine = comm.scatter(result.per_rank if root else None, root=0)
-    return Handout(head.shared, mine, result.root_only if root else None)
-
-
-# How often a rank waiting in quiet_barrier looks again: after a wait of w seconds, in
-# QUIET_POLL_FRACTION x w, at least QUIET_POLL_MIN_S and at most QUIET_POLL_MAX_S. Each look is an
-# MPI_Test that polls the sockets, so looks at a fixed short interval by many waiting ranks take
-# the cores the awaited rank needs; backing off, a wait ends at most 10 % (and 20 ms) late, and a
-# long one costs 50 looks a second.
-QUIET_POLL_MIN_S = 0.0005
-QUIET_POLL_MAX_S = 0.02
-QUIET_POLL_FRACTION = 0.1
-
-
-def quiet_poll_s(waited_s: float, max_s: float = QUIET_POLL_MAX_S) -> float:
-    """The sleep before the next look, after waiting `waited_s` seconds (at most max_s)."""
-    return min(max_s, max(QUIET_POLL_MIN_S, QUIET_POLL_FRACTION * waited_s))
-
-
-def quiet_wait(test, spins: int = 0, max_sleep_s: float = QUIET_POLL_MAX_S) -> float:
-    """Call test() (an MPI Test) until it returns true: `spins` times back to back first (for a
-    message nearly there), then sleeping quiet_poll_s between looks, at most max_sleep_s (lower
-    where the wait is a transfer that moves only while polled). Returns the seconds waited."""
-    start_s = time.monotonic()
-    looks = 0
-    while not test():
-        looks += 1
-        if looks > spins:
-            time.sleep(quiet_poll_s(time.monotonic() - start_s, max_sleep_s))
-    return time.monotonic() - start_s
-
-
-def quiet_barrier(comm) -> None:
-    """A barrier that sleeps while it waits. MPI's own barrier spins: a rank that finished early
-    (or waits while rank 0 probes) takes a core from the ranks still reading and, on one machine,
-    from the server; with more ranks than cores that slows the job it waits for."""
-    quiet_wait(comm.Ibarrier().Test)
-
-
-def quiet_allgather(comm, obj) -> list:
-    """comm.allgather(obj) for ranks that arrive at different times: the early ones wait for the
-    last in quiet_barrier, not in Open MPI's allgather, which spins."""
-    quiet_barrier(comm)
-    return comm.allgather(obj)
+    return head
 
 
 def all_agree_or_raise(comm, error: BaseException | None) -> None:
     """Collective: if any rank failed, raise on every rank (naming the first failed rank). Ranks
-    wait for the last one quietly (quiet_barrier)."""
+    wait for the last one asleep (driver.quiet)."""
     messages = quiet_allgather(comm, None if error is None else f"{type(error).__name__}: {error}")
     failed = [(r, m) for r, m in enumerate(messages) if m is not None]
     if not failed:

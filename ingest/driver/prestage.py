@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 from ingest.config import RunConfig
 from ingest.config.settings import retry_policy, transport_options
 from ingest.driver.job import Job, assign, plan_box, prepare_job
-from ingest.driver.mpi import all_agree_or_raise, quiet_allgather, root_step, topology
+from ingest.driver.mpi import all_agree_or_raise, root_step, topology
+from ingest.driver.quiet import quiet_allgather
 from ingest.driver.probe_rounds import root_step_with_crew
 from ingest.driver.rootwork import building_report, gather_to_root, ledger, preload, start_ledger
 from ingest.driver.read import read_rank_regions

@@ -18,7 +18,8 @@ from ingest.core.cost import CostModel
 from ingest.core.rounds import carried_window, overlap_s, requests_inside, steady_window
 from ingest.core.sharing import SharedCapacity, SharedRound, Topology, alone_from_rounds, shared_from_rounds
 from ingest.core.tuning import streams_add_up
-from ingest.driver.mpi import cpus, quiet_barrier, root_step
+from ingest.driver.mpi import cpus, root_step
+from ingest.driver.quiet import quiet_barrier, quiet_bcast, quiet_gather
 from ingest.engine.probe import MIN_PROBE_READ_BYTES, timed_parallel_read, timed_small_reads, warm_connections
 from ingest.transports import ObjectInfo, open_transport
 
@@ -156,16 +157,14 @@ class Crew:
 def _order(comm, order=None):
     """Rank 0 hands the next order to the other ranks, who wait for it quietly: rank 0 probes and
     tunes meanwhile, on cores they would otherwise spin on."""
-    quiet_barrier(comm)
-    return comm.bcast(order, root=0)
+    return quiet_bcast(comm, order)
 
 
 def _hand_in(comm, part):
     """Every rank's part of a round, gathered on rank 0 once the last rank has read: a rank done
-    early waits asleep (quiet_barrier), not spinning in the gather (Open MPI busy-polls) on a core
+    early waits asleep (driver.quiet), not spinning in the gather (Open MPI busy-polls) on a core
     that a rank still reading needs where ranks outnumber cores."""
-    quiet_barrier(comm)
-    return comm.gather(part, root=0)
+    return quiet_gather(comm, part)
 
 
 def serve(comm) -> None:

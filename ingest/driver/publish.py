@@ -34,7 +34,8 @@ import numpy as np
 from ingest.config import RunConfig
 from ingest.driver.commands import config_for
 from ingest.core.sharing import Topology
-from ingest.driver.mpi import RootStepFailed, all_agree_or_raise, placement, quiet_allgather, quiet_wait, root_step
+from ingest.driver.mpi import RootStepFailed, all_agree_or_raise, placement, root_step
+from ingest.driver.quiet import quiet_allgather, quiet_bcast, quiet_wait
 from ingest.driver.rootwork import building_report, gather_to_root, ledger, start_ledger
 from ingest.driver.publish_plan import Plan, make_plan, options_for_store, uses_presigned
 from ingest.driver.publish_rounds import Holding, Rounds, failed_ranks
@@ -189,7 +190,7 @@ def _publish(comm, cfg: RunConfig, regions, header) -> dict:
     else:
         local, error = _memory_regions(regions, rank)
         all_agree_or_raise(comm, error)
-        per_rank = comm.allgather([h.region for h in local])
+        per_rank = quiet_allgather(comm, [h.region for h in local])
         all_regions, held_by, header_source, what = [], [], None, "regions in memory"
         for r, mine in enumerate(per_rank):
             held_by.append(tuple(range(len(all_regions), len(all_regions) + len(mine))))
@@ -257,7 +258,7 @@ def _upload(comm, cfg: RunConfig, plan: Plan, holdings: dict, upload, client, t0
                                 presigned=plan.presigned, slots=cfg.parts_in_flight, options=options_for_store(cfg),
                                 client=upload.client if upload is not None else client)
         progress = _progress(cfg, plan) if rank == 0 else None
-        urls = (lambda j: comm.bcast(_sign_round(upload, plan, j, cfg) if rank == 0 else None, root=0)) \
+        urls = (lambda j: quiet_bcast(comm, _sign_round(upload, plan, j, cfg) if rank == 0 else None)) \
             if plan.presigned else None
         stats = Rounds(comm, plan, holdings, uploader, cfg.parts_in_flight, urls,
                        on_round=progress.round_done if progress else None).run()
@@ -268,7 +269,7 @@ def _upload(comm, cfg: RunConfig, plan: Plan, holdings: dict, upload, client, t0
         if progress:
             progress.close()
         if stats.errors:
-            fate = comm.bcast(abandon() if rank == 0 else "", root=0)
+            fate = quiet_bcast(comm, abandon() if rank == 0 else "")
             _raise_together(rank, stats.errors[0] + fate)
         failed_ranks(comm, False)  # every rank alive before rank 0 waits in a gather
         records = gather_to_root(comm, stats.records)

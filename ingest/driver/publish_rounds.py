@@ -33,7 +33,7 @@ import numpy as np
 
 from ingest import buffers
 from ingest.core.byteruns import box_item_range, box_runs, cube_item, range_blocks
-from ingest.driver.mpi import quiet_wait
+from ingest.driver.quiet import quiet_allgather, quiet_wait
 from ingest.staging.integrity import md5_hex
 from ingest.staging.multipart import part_matches
 from ingest.units import MiB
@@ -114,7 +114,7 @@ def wait_all(requests, stats: RankStats | None = None) -> None:
 
 def failed_ranks(comm, failed: bool) -> list[int]:
     """Collective, polled: the ranks that report a failure. Ranks whose uploads ended early wait
-    here for the last upload, for seconds: they wait asleep (driver.mpi.quiet_wait)."""
+    here for the last upload, for seconds: they wait asleep (driver.quiet.quiet_wait)."""
     send, recv = np.array([int(failed)], np.int32), np.zeros(comm.Get_size(), np.int32)
     quiet_wait(comm.Iallgather(send, recv).Test)
     return [r for r in range(comm.Get_size()) if recv[r]]
@@ -358,7 +358,7 @@ class Rounds:
         failed = failed_ranks(self.comm, bool(self.stats.errors))
         if not failed:
             return False
-        messages = self.comm.allgather(self.stats.errors[0] if self.stats.errors else None)
+        messages = quiet_allgather(self.comm, self.stats.errors[0] if self.stats.errors else None)
         if not self.stats.errors:
             self.stats.errors.append(messages[failed[0]])
         return True

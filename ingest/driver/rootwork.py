@@ -106,9 +106,12 @@ def note_measuring(elapsed_s: float, cpu_s: float) -> None:
 
 
 def gather_to_root(comm, obj):
-    """comm.gather(obj, root=0), counted in the ledger on rank 0; None on the others."""
+    """comm.gather(obj, root=0), waited for asleep (driver.quiet) and counted in the ledger on rank 0;
+    None on the others."""
+    from ingest.driver.quiet import quiet_gather
+
     clock = Clock()
-    gathered = comm.gather(obj, root=0)
+    gathered = quiet_gather(comm, obj)
     if comm.Get_rank() == 0:
         wall_s, cpu_s = clock.elapsed()
         _ledger.gathers += 1
