@@ -159,8 +159,8 @@ def cutouts(comm, cfg: RunConfig) -> dict | None:
     if bar is not None:
         bar.drain_until_done(size)
     all_agree_or_raise(comm, error)
-    elapsed_s = quiet_gather(comm, MPI.Wtime() - t0)
-    makespan_s = max(elapsed_s) if rank == 0 else None
+    ranks_elapsed_s = quiet_gather(comm, MPI.Wtime() - t0)
+    makespan_s = max(ranks_elapsed_s) if rank == 0 else None
     gathered = gather_to_root(comm, (entries, record))
     if rank != 0:
         return None
