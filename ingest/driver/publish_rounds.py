@@ -114,10 +114,8 @@ def wait_all(requests, stats: RankStats | None = None) -> None:
 
 def failed_ranks(comm, failed: bool) -> list[int]:
     """Collective, polled: the ranks that report a failure. Ranks whose uploads ended early wait
-    here for the last upload, for seconds: they wait asleep (driver.quiet.quiet_wait)."""
-    send, recv = np.array([int(failed)], np.int32), np.zeros(comm.Get_size(), np.int32)
-    quiet_wait(comm.Iallgather(send, recv).Test)
-    return [r for r in range(comm.Get_size()) if recv[r]]
+    here for the last upload, for seconds: they wait asleep (driver.quiet)."""
+    return [r for r, flag in enumerate(quiet_allgather(comm, bool(failed))) if flag]
 
 
 def spans(plan, rank: int, part: int) -> list[tuple[int, tuple, int, int]]:

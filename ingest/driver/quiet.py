@@ -4,9 +4,9 @@ Open MPI busy-polls in its blocking collectives. Where ranks outnumber cores (64
 on 2 cores; a node's ranks beside its server) the ranks that wait take the cores of the ranks
 that work, and a collective that all 64 enter together still takes 0.75-0.87 s: each of its
 steps needs a partner that is queued behind 63 spinning processes. Here every collective is
-the nonblocking one (Ibarrier, Iallgather(v), Ibcast, Igather(v), Iscatter(v)), tested in
-quiet_wait: back off while waiting, asleep between looks. The same allgather of 64 ranks takes
-0.07-0.12 s (BENCHMARKS, "Collectives that wait asleep").
+built of the nonblocking ones (Ibarrier, Ibcast, Igather(v), Iscatter(v)), tested in quiet_wait:
+back off while waiting, asleep between looks. An allgather of 64 ranks that took 0.83 s takes
+about 0.1 s (BENCHMARKS, "Collectives that wait asleep").
 
 An object goes as its pickle in two steps, its size then its bytes, as mpi4py's own lowercase
 collectives do inside one blocking call. mpi4py is imported in the functions, as in
@@ -78,16 +78,20 @@ def _unpickle_each(buffer: bytearray, sizes, offsets) -> list:
 
 
 def quiet_allgather(comm, obj) -> list:
-    """comm.allgather(obj): every rank's object, in rank order, on every rank."""
+    """comm.allgather(obj): every rank's object, in rank order, on every rank. Gathered on rank 0,
+    then broadcast down a tree: libnbc's Iallgatherv is linear (each rank sends to every other, p^2
+    messages and as many connections), where this is 2p messages, and rank 0's p links already
+    exist for its gathers."""
     from mpi4py import MPI
 
-    data = _dumps(obj)
-    sizes = array("q", [0]) * comm.Get_size()
-    quiet_wait(comm.Iallgather([array("q", [len(data)]), MPI.INT64_T], [sizes, MPI.INT64_T]).Test)
-    offsets = _offsets(sizes)
-    gathered = bytearray(sum(sizes))
-    _payload_wait(comm.Iallgatherv([data, MPI.BYTE], [gathered, (list(sizes), offsets), MPI.BYTE]))
-    return _unpickle_each(gathered, sizes, offsets)
+    sizes, gathered = _gather_pickles(comm, _dumps(obj), 0)
+    if comm.Get_rank() != 0:
+        sizes = array("q", [0]) * comm.Get_size()
+    quiet_wait(comm.Ibcast([sizes, MPI.INT64_T], root=0).Test)
+    if gathered is None:
+        gathered = bytearray(sum(sizes))
+    _payload_wait(comm.Ibcast([gathered, MPI.BYTE], root=0))
+    return _unpickle_each(gathered, sizes, _offsets(sizes))
 
 
 def quiet_bcast(comm, obj=None, root: int = 0):
@@ -103,20 +107,24 @@ def quiet_bcast(comm, obj=None, root: int = 0):
     return obj if here else pickle.loads(buffer)
 
 
-def quiet_gather(comm, obj, root: int = 0) -> list | None:
-    """comm.gather(obj, root): every rank's object in rank order on root, None elsewhere."""
+def _gather_pickles(comm, data: bytearray, root: int):
+    """(every rank's size, their pickles end to end) on root; (None, None) elsewhere."""
     from mpi4py import MPI
 
     here = comm.Get_rank() == root
-    data = _dumps(obj)
-    sizes = array("q", [0]) * (comm.Get_size() if here else 1)
+    sizes = array("q", [0]) * comm.Get_size() if here else None
     quiet_wait(comm.Igather([array("q", [len(data)]), MPI.INT64_T], [sizes, MPI.INT64_T] if here else None,
                             root=root).Test)
-    offsets = _offsets(sizes)
     gathered = bytearray(sum(sizes)) if here else None
-    _payload_wait(comm.Igatherv([data, MPI.BYTE], [gathered, (list(sizes), offsets), MPI.BYTE] if here else None,
-                                root=root))
-    return _unpickle_each(gathered, sizes, offsets) if here else None
+    _payload_wait(comm.Igatherv([data, MPI.BYTE], [gathered, (list(sizes), _offsets(sizes)), MPI.BYTE] if here
+                                else None, root=root))
+    return sizes, gathered
+
+
+def quiet_gather(comm, obj, root: int = 0) -> list | None:
+    """comm.gather(obj, root): every rank's object in rank order on root, None elsewhere."""
+    sizes, gathered = _gather_pickles(comm, _dumps(obj), root)
+    return None if gathered is None else _unpickle_each(gathered, sizes, _offsets(sizes))
 
 
 def quiet_scatter(comm, objs, root: int = 0):
