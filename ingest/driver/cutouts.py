@@ -29,7 +29,7 @@ from ingest.driver.cutout_sources import cube_sources
 from ingest.driver.job import tune_for_job
 from ingest.driver.mpi import Handout, all_agree_or_raise, root_step, topology
 from ingest.driver.probe_rounds import root_step_with_crew
-from ingest.driver.quiet import quiet_allgather, quiet_gather
+from ingest.driver.quiet import quiet_allgather
 from ingest.driver.rootwork import building_report, gather_to_root, ledger, preload, start_ledger
 from ingest.driver.source import ensure_lifetime, ready_to_read, resolve_source
 from ingest.formats.reader import read_any_layout_timed
@@ -159,15 +159,14 @@ def cutouts(comm, cfg: RunConfig) -> dict | None:
     if bar is not None:
         bar.drain_until_done(size)
     all_agree_or_raise(comm, error)
-    ranks_elapsed_s = quiet_gather(comm, MPI.Wtime() - t0)
-    makespan_s = max(ranks_elapsed_s) if rank == 0 else None
-    gathered = gather_to_root(comm, (entries, record))
+    gathered = gather_to_root(comm, (entries, record, MPI.Wtime() - t0))  # and each rank's elapsed
     if rank != 0:
         return None
+    makespan_s = max(elapsed_s for _, _, elapsed_s in gathered)
     t_root = MPI.Wtime()
     with building_report():  # the manifest too: rank 0 writes it for every rank
-        done = [e for es, _ in gathered for e in es]
-        report = _report(cfg, job, catalogue, done, [r for _, r in gathered], makespan_s, prep_s)
+        done = [e for es, _, _ in gathered for e in es]
+        report = _report(cfg, job, catalogue, done, [r for _, r, _ in gathered], makespan_s, prep_s)
         manifest = {"schema": outputs.SCHEMA, "cube": outputs_cube(job.layout, job.info),
                     "sources": sorted(done + list(catalogue.kept) + report["skipped"], key=lambda e: e["row"])}
         report["manifest"] = sinks.write_manifest(cfg, manifest)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import pickle
 import time
 from array import array
+from itertools import accumulate
 
 # How often a rank waiting in quiet_wait looks again: after a wait of w seconds, in
 # QUIET_POLL_FRACTION x w, at least QUIET_POLL_MIN_S and at most QUIET_POLL_MAX_S. Each look is an
@@ -65,11 +66,7 @@ def _dumps(obj) -> bytearray:
 
 
 def _offsets(sizes) -> list[int]:
-    offsets, at = [], 0
-    for n in sizes:
-        offsets.append(at)
-        at += n
-    return offsets
+    return list(accumulate(sizes, initial=0))[:-1]
 
 
 def _unpickle_each(buffer: bytearray, sizes, offsets) -> list:
@@ -82,15 +79,7 @@ def quiet_allgather(comm, obj) -> list:
     then broadcast down a tree: libnbc's Iallgatherv is linear (each rank sends to every other, p^2
     messages and as many connections), where this is 2p messages, and rank 0's p links already
     exist for its gathers."""
-    from mpi4py import MPI
-
-    sizes, gathered = _gather_pickles(comm, _dumps(obj), 0)
-    if comm.Get_rank() != 0:
-        sizes = array("q", [0]) * comm.Get_size()
-    quiet_wait(comm.Ibcast([sizes, MPI.INT64_T], root=0).Test)
-    if gathered is None:
-        gathered = bytearray(sum(sizes))
-    _payload_wait(comm.Ibcast([gathered, MPI.BYTE], root=0))
+    sizes, gathered = quiet_bcast(comm, _gather_pickles(comm, _dumps(obj), 0))
     return _unpickle_each(gathered, sizes, _offsets(sizes))
 
 

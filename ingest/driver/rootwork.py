@@ -28,6 +28,8 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from ingest.driver.quiet import quiet_gather
+
 
 @dataclass
 class RootLedger:
@@ -108,8 +110,6 @@ def note_measuring(elapsed_s: float, cpu_s: float) -> None:
 def gather_to_root(comm, obj):
     """comm.gather(obj, root=0), waited for asleep (driver.quiet) and counted in the ledger on rank 0;
     None on the others."""
-    from ingest.driver.quiet import quiet_gather
-
     clock = Clock()
     gathered = quiet_gather(comm, obj)
     if comm.Get_rank() == 0:
