@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -24,6 +23,8 @@ import numpy as np
 
 from bench import common, mpirun
 from bench._cutouts_setup import read_box, shifted_header
+from ingest.study.children import stop_process_group
+from ingest.testbed.signals import signals_held
 
 STAGE_CUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_cutouts_stage_cut.py")
 SLACK_BYTES = 150 * 10**6  # the interpreter, numpy, astropy and boto3 a rank holds besides its buffers (bench.memory)
@@ -33,19 +34,17 @@ def _run_child(cmd: list[str], env: dict, timeout_s: float) -> tuple[str, subpro
     """('ok' | 'failed' | 'timeout', the finished process, wall seconds). On timeout the child's
     process group (mpiexec and its ranks) gets SIGTERM, then SIGKILL."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    with signals_held():
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-            try:
-                os.killpg(proc.pid, sig)
-                out, err = proc.communicate(timeout=wait_s)
-                break
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                continue
+        stop_process_group(proc)
         return "timeout", None, time.perf_counter() - t0
+    except BaseException:  # the bench killed (a SystemExit from its signal): its job goes with it
+        stop_process_group(proc)
+        raise
     wall_s = time.perf_counter() - t0
     done = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
     return ("ok" if proc.returncode == 0 else "failed"), done, wall_s

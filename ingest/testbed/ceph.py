@@ -38,7 +38,7 @@ from ingest.errors import ConfigError, IngestError, TransportError
 from ingest.testbed.cephconf import RGW_NAME, cephx_key, conf_text, keyring_text, log_tail
 from ingest.testbed.certs import make_ca_and_cert
 from ingest.testbed.localserver import REGION
-from ingest.testbed.signals import UNWIND_SIGNALS, unwind_on_signals
+from ingest.testbed.signals import UNWIND_SIGNALS, signals_held, unwind_on_signals
 from ingest.testbed.toxiproxy import free_port
 
 TOOLS = ("ceph-mon", "ceph-osd", "radosgw", "ceph", "radosgw-admin", "monmaptool")
@@ -171,10 +171,10 @@ class CephRGW:
         # when the starting *thread* ends, so only the main thread asks for it.
         if threading.current_thread() is threading.main_thread() and shutil.which("setpriv"):
             cmd = ["setpriv", "--pdeathsig", "KILL", "--", *cmd]
-        with open(self._path("log", f"{name}.out"), "wb") as out:
+        with open(self._path("log", f"{name}.out"), "wb") as out, signals_held():
             proc = subprocess.Popen(cmd, env=self._env(), cwd=self.root, stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
-        self._procs.append(proc)
+            self._procs.append(proc)  # what stop() kills
         self._daemons[name] = proc
 
     def _tool(self, binary: str, *args: str, deadline: float | None = None) -> str:

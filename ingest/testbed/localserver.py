@@ -21,7 +21,7 @@ import time
 import weakref
 
 from ingest.errors import IngestError, TransportError
-from ingest.testbed.signals import UNWIND_SIGNALS, unwind_on_signals
+from ingest.testbed.signals import UNWIND_SIGNALS, signals_held, unwind_on_signals
 
 TOOL_DIR_DEFAULT = os.path.join("~", ".local", "share", "ingest", "bin")
 REGION = "us-east-1"
@@ -122,7 +122,11 @@ class LocalS3Server:
         attempts_left = 1 if fixed_port else START_ATTEMPTS
         while True:
             port = fixed_port or _free_port()
-            error = self._launch(binary, port)
+            try:
+                error = self._launch(binary, port)
+            except BaseException:  # a signal's SystemExit while it starts: the server goes too
+                self.stop()
+                raise
             if error is None:
                 return self
             self._discard_process()
@@ -147,10 +151,11 @@ class LocalS3Server:
         # Output to a file, not a pipe: nobody reads a pipe while tests run, and a full pipe
         # would freeze the server mid-request.
         self._log = tempfile.TemporaryFile(prefix="ingest-versitygw-", suffix=".log")
-        self._proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
-                                      stderr=subprocess.STDOUT, start_new_session=True)
+        with signals_held():
+            self._proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
+                                          stderr=subprocess.STDOUT, start_new_session=True)
+            self._finalizer = weakref.finalize(self, _cleanup, self._proc, self._log, self._made_root)
         self.port = port
-        self._finalizer = weakref.finalize(self, _cleanup, self._proc, self._log, self._made_root)
         return self._wait_ready()
 
     def _wait_ready(self) -> str | None:

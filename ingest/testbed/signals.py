@@ -9,14 +9,54 @@ way out, and the exit status is still the signal's.
 """
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 
 UNWIND_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
+# What signals arriving inside signals_held() would have raised, in order; the first is raised as
+# the outermost signals_held() block ends.
+_held_depth = 0
+_held_raises: list[BaseException] = []
+
+
+def _deliver(exc: BaseException) -> None:
+    if _held_depth:
+        _held_raises.append(exc)
+        return
+    raise exc
+
 
 def _exit(signum, frame):
-    raise SystemExit(128 + signum)
+    _deliver(SystemExit(128 + signum))
+
+
+def _interrupt(signum, frame):
+    _deliver(KeyboardInterrupt())
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Within the block, a signal unwind_on_signals handles waits until the block ends. A child is
+    started and recorded for teardown in one held block: a SystemExit between the two (inside
+    Popen after the child's exec, or before the line that records it) would leave the child
+    running in its own session, owned by nobody. Python runs handlers in the main thread only,
+    so in another thread this holds nothing."""
+    global _held_depth
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _held_depth += 1
+    try:
+        yield
+    finally:
+        _held_depth -= 1
+        # Raised here even when the block failed: the signal's exit outranks the block's error.
+        if not _held_depth and _held_raises:
+            exc = _held_raises[0]
+            _held_raises.clear()
+            raise exc
 
 
 def unwind_on_signals(signals=UNWIND_SIGNALS) -> None:
@@ -26,6 +66,6 @@ def unwind_on_signals(signals=UNWIND_SIGNALS) -> None:
     kill -INT must always reach the teardown."""
     if threading.current_thread() is not threading.main_thread():
         return
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, _interrupt)
     for sig in signals:
         signal.signal(sig, _exit)

@@ -17,6 +17,7 @@ import urllib3
 
 from ingest.errors import ConfigError, IngestError
 from ingest.testbed.localserver import find_tool  # the project's one tool finder (also re-exported here)
+from ingest.testbed.signals import signals_held
 
 SERVER_NAME = "toxiproxy-server"
 
@@ -76,23 +77,29 @@ class ToxiproxyServer:
         self.port = self.port or free_port(self.host)
         # Its log goes to a file: it logs every connection, and a full pipe would stall it.
         self._log = tempfile.TemporaryFile(prefix="toxiproxy-", suffix=".log")
-        self.process = subprocess.Popen([binary, "-host", self.host, "-port", str(self.port)],
-                                        stdin=subprocess.DEVNULL, stdout=self._log,
-                                        stderr=subprocess.STDOUT)
+        with signals_held():  # a kill mid-start must not leave it running, owned by nobody
+            self.process = subprocess.Popen([binary, "-host", self.host, "-port", str(self.port)],
+                                            stdin=subprocess.DEVNULL, stdout=self._log,
+                                            stderr=subprocess.STDOUT)
+        try:
+            self._wait_ready()
+        except BaseException:  # its own errors, and a signal's SystemExit while it waits
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
         while True:
             if self.process.poll() is not None:
-                log = self._log_tail()
-                self.stop()
                 raise IngestError(f"{SERVER_NAME}: exited with status {self.process.returncode} "
-                                  f"on port {self.port}: {log}")
+                                  f"on port {self.port}: {self._log_tail()}")
             try:
                 if self._http.request("GET", self.api_url + "/version").status == 200:
-                    return self
+                    return
             except urllib3.exceptions.HTTPError:
                 pass  # not listening yet
             if time.monotonic() > deadline:
-                self.stop()
                 raise IngestError(f"{SERVER_NAME}: API on port {self.port} not up after "
                                   f"{self.startup_timeout_s} s")
             time.sleep(0.05)

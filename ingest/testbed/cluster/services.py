@@ -17,6 +17,7 @@ from ingest.errors import IngestError
 from ingest.testbed.cluster.netns import call_in_netns, sh
 from ingest.testbed.localserver import LocalS3Server, find_tool, stop_process
 from ingest.testbed.toxiproxy import ToxiproxyServer, free_port
+from ingest.testbed.signals import signals_held
 
 MOUNT_TIMEOUT_S = 15.0
 SSHD_START_TIMEOUT_S = 10.0
@@ -121,8 +122,9 @@ class SharedFs:
         with open(config, "w") as fh:
             fh.write(_SSHD_CONFIG.format(port=sshd_port, dir=self.ssh_dir))
         log = open(os.path.join(self.ssh_dir, "sshd.log"), "wb")
-        self.sshd = subprocess.Popen([SSHD, "-D", "-e", "-f", config], stdin=subprocess.DEVNULL, stdout=log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        with signals_held():
+            self.sshd = subprocess.Popen([SSHD, "-D", "-e", "-f", config], stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self._wait_for_sshd(sshd_port)
         self.toxiproxy = ToxiproxyServer().start()
@@ -158,10 +160,11 @@ class SharedFs:
         ])
         cmd = [find_tool("sshfs"), "-f", "-o", options, f"root@{self.ip}:{self.export_dir}", mountpoint]
         log = open(os.path.join(self.ssh_dir, f"sshfs-{node_ns}.log"), "wb")
-        proc = call_in_netns(node_ns, subprocess.Popen, cmd, stdin=subprocess.DEVNULL, stdout=log,
-                             stderr=subprocess.STDOUT, start_new_session=True)
+        with signals_held():  # a kill mid-start must find it in self.mounts to stop it
+            proc = call_in_netns(node_ns, subprocess.Popen, cmd, stdin=subprocess.DEVNULL, stdout=log,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+            self.mounts[node_ns] = (mountpoint, proc)
         log.close()
-        self.mounts[node_ns] = (mountpoint, proc)
         deadline = time.monotonic() + MOUNT_TIMEOUT_S
         while not os.path.ismount(mountpoint):
             if proc.poll() is not None or time.monotonic() > deadline:

@@ -23,6 +23,7 @@ import time
 from ingest.errors import IngestError
 from ingest.testbed.cluster.netns import call_in_netns, sh
 from ingest.testbed.localserver import stop_process
+from ingest.testbed.signals import signals_held
 
 CTLD_PORT, SLURMD_PORT = 6817, 6818  # each namespace has its own ports: no clash with the machine's
 READY_TIMEOUT_S = 30.0  # slurmctld up and every slurmd registered (about 2 s here)
@@ -159,9 +160,9 @@ class Slurm:
         log = open(os.path.join(self.dir, "log", f"{name}.out"), "wb")
         cmd = ["nsenter", f"--net=/run/netns/{ns}", "unshare", "--mount", "--propagation", "slave", "--uts",
                "sh", "-c", script]
-        self.procs[name] = subprocess.Popen(cmd,
-                                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+        with signals_held():  # a kill mid-start must find it in self.procs to stop it
+            self.procs[name] = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                                start_new_session=True)
         log.close()
 
     def _all_idle(self) -> bool:
