@@ -20,8 +20,8 @@ from ingest.engine.executor import run_requests
 from ingest.engine.throttle import Limiter, limiter_for
 from ingest.errors import ConfigError, RetryableError, TransportError
 from ingest.transports.base import MemoryTransport, Session
-from ingest.transports.retry import (FAILED, OK, THROTTLED, FaultLog, RetryPolicy, gate_outcome, is_refusal,
-                                     is_throttle, read_with_retries, retry_call)
+from ingest.transports.retry import (FAILED, OK, THROTTLED, Attempts, FaultLog, RetryPolicy, gate_outcome,
+                                     is_refusal, is_throttle, read_with_retries, retry_call)
 
 FAST = RetryPolicy(retries=2, total_s=30.0, backoff_s=0.001, throttle_backoff_s=0.001, throttle_backoff_max_s=0.004)
 
@@ -88,6 +88,34 @@ def test_full_jitter_spreads_ranks_over_the_interval():
     delays = np.array([policy.throttle_delay_s(2) for _ in range(400)])
     assert delays.min() >= 0 and delays.max() <= 0.2
     assert np.histogram(delays, bins=4, range=(0, 0.2))[0].min() > 50  # every quarter used
+
+
+def _slow_down():
+    return RetryableError("SlowDown: Please reduce your request rate.", kind="SlowDown")
+
+
+def test_a_throttle_backoff_grows_only_at_the_limiters_floor():
+    """Above the floor the limiter halves the requests in flight and the request waits the first
+    ceiling again; at the floor (16 -> 8 -> 4 -> 2 -> 1) each throttle doubles it."""
+    policy = RetryPolicy(throttle_backoff_s=0.01, throttle_backoff_max_s=10.0, total_s=600.0)
+    gate = Limiter(16)
+    attempts = Attempts(MemoryTransport(b"x" * 10), memoryview(bytearray(10)), 0, policy, gate)
+    escalations, delays = [], []
+    for _ in range(7):
+        gate.release(gate.acquire(), THROTTLED)  # the gate hears the outcome first, as the engines do
+        delays.append(attempts.failed(_slow_down(), lambda *fault: None))
+        escalations.append(attempts.escalation)
+    assert escalations == [0, 0, 0, 1, 2, 3, 4]
+    assert gate.at_floor and gate.limit == 1
+    assert all(d <= 0.01 * 2 ** max(0, e - 1) for d, e in zip(delays, escalations)), delays
+
+
+def test_without_a_gate_every_throttle_doubles_the_backoff():
+    policy = RetryPolicy(throttle_backoff_s=0.01, throttle_backoff_max_s=10.0, total_s=600.0)
+    attempts = Attempts(MemoryTransport(b"x" * 10), memoryview(bytearray(10)), 0, policy)
+    for _ in range(4):
+        attempts.failed(_slow_down(), lambda *fault: None)
+    assert attempts.escalation == 4 and attempts.throttles == 4
 
 
 @pytest.mark.parametrize("field, kw", [("decrease", {"decrease": 1.0}), ("increase_per_window", {"increase_per_window": 0}),

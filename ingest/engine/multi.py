@@ -70,7 +70,7 @@ def run_concurrent(sequence, do_one, transport, stats, faults: FaultLog, t0: flo
             if progress is not None:
                 progress(done.value)
             return
-        entry.attempts = Attempts(transport, read[0], read[1], retry)
+        entry.attempts = Attempts(transport, read[0], read[1], retry, limiter)
         ready.append(slot)
 
     def dispatch() -> None:
@@ -109,10 +109,8 @@ def run_concurrent(sequence, do_one, transport, stats, faults: FaultLog, t0: flo
                         entry.first_byte_s = ttfb_s
                     advance(slot, ttfb_s)
                 elif isinstance(error, RetryableError):
-                    try:
-                        delay_s = entry.attempts.failed(error, faults.note)
-                    finally:
-                        limiter.release(ticket, gate_outcome(error))
+                    limiter.release(ticket, gate_outcome(error))  # first: failed() asks its floor
+                    delay_s = entry.attempts.failed(error, faults.note)
                     heapq.heappush(timers, (time.monotonic() + delay_s, slot))
                 else:
                     limiter.release(ticket, FAILED)

@@ -79,6 +79,12 @@ class Limiter:
                 return None
             return self._admit()
 
+    @property
+    def at_floor(self) -> bool:
+        """Does it admit no more than the rule's floor: nothing left to lower but the waits?"""
+        with self._cond:
+            return admitted(self._limit, self.rule) <= self.rule.floor_requests
+
     def has_room(self) -> bool:
         with self._cond:
             return self._in_flight < admitted(self._limit, self.rule)

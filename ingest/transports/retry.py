@@ -95,7 +95,8 @@ class RetryPolicy:
     backoff_s: float = 0.2  # first backoff ceiling; doubles each retry (full jitter below it)
     backoff_max_s: float = 20.0  # ceiling on one backoff
     # A throttled request waits less: the limiter, not the wait, is what lowers the load, and the
-    # wait only spreads the ranks' returns. Doubles per throttle of the same request.
+    # wait only spreads the ranks' returns. It doubles per throttle met at the limiter's floor
+    # (`escalated`), where waiting longer is all a rank has left.
     throttle_backoff_s: float = 0.05  # first backoff ceiling after a throttle
     throttle_backoff_max_s: float = 5.0  # ceiling on one backoff after a throttle
 
@@ -104,9 +105,20 @@ class RetryPolicy:
         so 25 ranks hit by the same outage do not come back in lockstep."""
         return full_jitter_s(attempt, self.backoff_s, self.backoff_max_s, random.random())
 
-    def throttle_delay_s(self, throttles: int) -> float:
-        """Full jitter after the request's `throttles`-th throttle (1, 2, ...)."""
-        return full_jitter_s(throttles, self.throttle_backoff_s, self.throttle_backoff_max_s, random.random())
+    def throttle_delay_s(self, escalation: int) -> float:
+        """Full jitter after a throttle: the ceiling doubles per step of `escalation` (0 or 1: the
+        first ceiling; see `escalated`)."""
+        return full_jitter_s(max(1, escalation), self.throttle_backoff_s, self.throttle_backoff_max_s,
+                             random.random())
+
+
+def escalated(escalation: int, gate) -> int:
+    """A request's throttle backoff escalation after one more throttle. It grows only where the
+    gate (the rank's Limiter) admits its floor, or with no gate: above the floor the limiter has
+    just lowered the requests in flight, which is what relieves the store, and a wait that kept
+    doubling would idle the request long after the store had room (one unlucky request, throttled
+    six times, waits up to 1.6 s while its rank's others finish: the job's tail)."""
+    return escalation + 1 if gate is None or gate.at_floor else escalation
 
 
 
@@ -146,11 +158,13 @@ class Attempts:
     has failed. Shared by the threaded executor (which sleeps) and the concurrent one (which
     schedules the resumed read for later), so both retry and resume alike."""
 
-    def __init__(self, transport, buffer: memoryview, offset: int, policy: RetryPolicy):
+    def __init__(self, transport, buffer: memoryview, offset: int, policy: RetryPolicy, gate=None):
         self.transport, self.buffer, self.offset, self.policy = transport, buffer, offset, policy
+        self.gate = gate  # the Limiter that admits its attempts (None: none)
         self.received = 0
         self.attempt = 0  # failures that count against policy.retries
         self.throttles = 0  # throttles, which do not
+        self.escalation = 0  # what sets the next throttle's backoff (`escalated`)
         self.last_throttled = False  # was the last failure a throttle (no fault, no retry used)
         self.t0 = time.monotonic()
 
@@ -162,7 +176,8 @@ class Attempts:
     def failed(self, exc: RetryableError, on_fault) -> float:
         """Account for a failed attempt; return the delay before the next one, or raise
         TransportError when the policy gives up. on_fault(error, will_retry, resumed_bytes).
-        A throttle does not count against policy.retries; total_s bounds both."""
+        A throttle does not count against policy.retries; total_s bounds both. Called after the
+        gate heard the attempt's outcome, so that its floor is the one the throttle left."""
         n = len(self.buffer)
         got = max(0, min(exc.received, n - self.received))
         self.received += got
@@ -170,7 +185,8 @@ class Attempts:
         self.last_throttled = is_throttle(exc)
         if self.last_throttled:
             self.throttles += 1
-            delay = policy.throttle_delay_s(self.throttles)
+            self.escalation = escalated(self.escalation, self.gate)
+            delay = policy.throttle_delay_s(self.escalation)
         else:
             self.attempt += 1
             delay = policy.delay_s(self.attempt)
@@ -213,7 +229,7 @@ def read_with_retries(transport, buffer: memoryview, offset: int, policy: RetryP
     (a Limiter: acquire() -> ticket, release(ticket, outcome)) admits each attempt; the backoff
     is waited outside it, so a throttled request holds no slot while it waits.
     """
-    attempts = Attempts(transport, buffer, offset, policy)
+    attempts = Attempts(transport, buffer, offset, policy, gate)
     while True:
         try:
             return _gated(gate, lambda: transport.read_into(*attempts.remaining))
@@ -227,7 +243,7 @@ def retry_call(fn, policy: RetryPolicy, what: str, gate=None, on_throttle=None, 
     does not count against policy.retries (total_s bounds it) and calls on_throttle(error);
     any other failed attempt calls on_failure(error), whether or not another follows.
     `gate` admits each attempt, as in read_with_retries."""
-    attempt = throttles = 0
+    attempt = throttles = escalation = 0
     t0 = time.monotonic()
     while True:
         try:
@@ -235,7 +251,8 @@ def retry_call(fn, policy: RetryPolicy, what: str, gate=None, on_throttle=None, 
         except RetryableError as exc:
             if is_throttle(exc):
                 throttles += 1
-                delay = policy.throttle_delay_s(throttles)
+                escalation = escalated(escalation, gate)
+                delay = policy.throttle_delay_s(escalation)
                 if on_throttle is not None:
                     on_throttle(exc)
             else:
