@@ -132,20 +132,20 @@ def run(env: common.BenchEnv, args) -> dict:
     ranks_list = common.counts("--ranks", args.ranks)
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     cache_dir = tempfile.mkdtemp(prefix="ingest-bench-predictions-")
-    child_env = {**env.env(), "INGEST_LINK_CACHE": os.path.join(cache_dir, "links.json")}
-    cands = []
-    for profile in profiles:
-        source = cube.s3_uri if args.method == "s3" else env.presign(cube, profile=profile)
-        base = ["--source", source, "--method", args.method, "--no-progress"]
-        if profile != "loopback":
-            base += ["--endpoint-url", env.link(profile).endpoint_url]
-        for workload in workloads:
-            for ranks in ranks_list:
-                cands.append(cell_candidate(profile, workload, ranks, base + workload_args(workload, cube.shape),
-                                            child_env))
-    if log:
-        log(f"{NAME}: {len(cands)} cells ({profiles} x {workloads} x ranks {ranks_list}) on {cube.shape}")
-    try:
+    try:  # from the directory on: a kill while the cells are being set up removes it too
+        child_env = {**env.env(), "INGEST_LINK_CACHE": os.path.join(cache_dir, "links.json")}
+        cands = []
+        for profile in profiles:
+            source = cube.s3_uri if args.method == "s3" else env.presign(cube, profile=profile)
+            base = ["--source", source, "--method", args.method, "--no-progress"]
+            if profile != "loopback":
+                base += ["--endpoint-url", env.link(profile).endpoint_url]
+            for workload in workloads:
+                for ranks in ranks_list:
+                    cands.append(cell_candidate(profile, workload, ranks, base + workload_args(workload, cube.shape),
+                                                child_env))
+        if log:
+            log(f"{NAME}: {len(cands)} cells ({profiles} x {workloads} x ranks {ranks_list}) on {cube.shape}")
         cells = common.run_interleaved(cands, args.repeats, args.warmup, log=log)
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)
