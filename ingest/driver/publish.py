@@ -35,10 +35,10 @@ from ingest.config import RunConfig
 from ingest.driver.commands import config_for
 from ingest.core.sharing import Topology
 from ingest.driver.mpi import RootStepFailed, all_agree_or_raise, placement, root_step
-from ingest.driver.quiet import quiet_allgather, quiet_bcast, quiet_wait
+from ingest.driver.quiet import quiet_allgather, quiet_barrier, quiet_bcast, quiet_wait
 from ingest.driver.rootwork import building_report, gather_to_root, ledger, start_ledger
 from ingest.driver.publish_plan import Plan, make_plan, options_for_store, uses_presigned
-from ingest.driver.publish_rounds import Holding, Rounds, failed_ranks
+from ingest.driver.publish_rounds import Holding, Rounds
 from ingest.config.settings import retry_policy
 from ingest.core.regions import assign_regions
 from ingest.errors import ConfigError, IngestError, RegionError
@@ -271,7 +271,7 @@ def _upload(comm, cfg: RunConfig, plan: Plan, holdings: dict, upload, client, t0
         if stats.errors:
             fate = quiet_bcast(comm, abandon() if rank == 0 else "")
             _raise_together(rank, stats.errors[0] + fate)
-        failed_ranks(comm, False)  # every rank alive before rank 0 waits in a gather
+        quiet_barrier(comm)  # every rank alive before rank 0 waits in a gather
         records = gather_to_root(comm, stats.records)
         everyone = gather_to_root(comm, stats.as_dict())
         outcome = root_step(comm, _complete, cfg, plan, upload, records)

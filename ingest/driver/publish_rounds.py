@@ -112,12 +112,6 @@ def wait_all(requests, stats: RankStats | None = None) -> None:
         stats.wait_s += waited_s
 
 
-def failed_ranks(comm, failed: bool) -> list[int]:
-    """Collective, polled: the ranks that report a failure. Ranks whose uploads ended early wait
-    here for the last upload, for seconds: they wait asleep (driver.quiet)."""
-    return [r for r, flag in enumerate(quiet_allgather(comm, bool(failed))) if flag]
-
-
 def spans(plan, rank: int, part: int) -> list[tuple[int, tuple, int, int]]:
     """Rank's pieces of `part` as (region index, owned box, first, stop): item ranges in the
     box's own C order, region by region. The rank that sends them and the one that receives
@@ -353,12 +347,15 @@ class Rounds:
         return self.stats
 
     def _stop_after_round(self) -> bool:
-        failed = failed_ranks(self.comm, bool(self.stats.errors))
+        """Collective: did any rank fail? Each rank's first error (or None) goes to every rank at
+        once, so a rank that did not fail takes the first failed rank's as its own. Ranks whose
+        uploads ended early wait here for the last upload, for seconds, asleep (driver.quiet)."""
+        messages = quiet_allgather(self.comm, self.stats.errors[0] if self.stats.errors else None)
+        failed = [m for m in messages if m is not None]
         if not failed:
             return False
-        messages = quiet_allgather(self.comm, self.stats.errors[0] if self.stats.errors else None)
         if not self.stats.errors:
-            self.stats.errors.append(messages[failed[0]])
+            self.stats.errors.append(failed[0])
         return True
 
 

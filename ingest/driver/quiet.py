@@ -2,11 +2,10 @@
 
 Open MPI busy-polls in its blocking collectives. Where ranks outnumber cores (64 emulated ranks
 on 2 cores; a node's ranks beside its server) the ranks that wait take the cores of the ranks
-that work, and a collective that all 64 enter together still takes 0.75-0.87 s: each of its
-steps needs a partner that is queued behind 63 spinning processes. Here every collective is
-built of the nonblocking ones (Ibarrier, Ibcast, Igather(v), Iscatter(v)), tested in quiet_wait:
-back off while waiting, asleep between looks. An allgather of 64 ranks that took 0.83 s takes
-about 0.1 s (BENCHMARKS, "Collectives that wait asleep").
+that work, and even a collective that all ranks enter together is slow: each of its steps needs
+a partner queued behind the spinning processes. Here every collective is built of the
+nonblocking ones (Ibarrier, Ibcast, Igather(v), Iscatter(v)), tested in quiet_wait: back off
+while waiting, asleep between looks (BENCHMARKS, "Collectives that wait asleep", measures both).
 
 An object goes as its pickle in two steps, its size then its bytes, as mpi4py's own lowercase
 collectives do inside one blocking call. mpi4py is imported in the functions, as in
