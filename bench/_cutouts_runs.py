@@ -1,10 +1,12 @@
-"""bench.cutouts' three candidates, each a function that cuts a catalogue's sources and returns a sample.
+"""bench.cutouts' candidates, each a function that cuts a catalogue's sources and returns a sample.
 
 - `ingest_cutouts`: `python -m ingest cutouts` under mpiexec, or alone for one rank (each rank
   through bench/_rank_peak.py, so every rank's peak RSS is known), its JSON report, and its wall
   time from launch to exit.
 - `staging_baseline`: bench/_cutouts_stage_cut.py in a process of its own: stage the whole cube,
   then cut every box locally with numpy and write it with astropy.
+- `floor`: bench/_cutouts_floor.py in a process of its own: the imports and reads of an astropy
+  cut-out job given a presigned URL, nothing else.
 - `astropy_loop`: what cutout-fits does per source, for a sample of the sources: astropy opens
   the presigned URL through fsspec (its defaults), takes `section[box]`, writes the cut-out.
 A child that outlives its time limit is stopped with its whole process group (it was started in
@@ -27,6 +29,7 @@ from ingest.study.children import stop_process_group
 from ingest.testbed.signals import signals_held
 
 STAGE_CUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_cutouts_stage_cut.py")
+FLOOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_cutouts_floor.py")
 SLACK_BYTES = 150 * 10**6  # the interpreter, numpy, astropy and boto3 a rank holds besides its buffers (bench.memory)
 
 
@@ -129,17 +132,33 @@ def staging_baseline(env: common.BenchEnv, cube: common.Cube, profile: str, boxe
         json.dump([[stem, [list(p) for p in box]] for stem, box in boxes], fh)
     cmd = [sys.executable, STAGE_CUT, "--source", cube.s3_uri, "--boxes", boxes_path, "--stage-dir", stage_dir,
            "--output-dir", out_dir]
+    got = _json_child(env, profile, cmd, timeout_s, info)
+    if got["status"] == "ok":
+        got.update(work_s=got["stage_s"] + got["cut_s"], wall_per_source_s=got["wall_s"] / max(1, len(boxes)),
+                   out_dir=out_dir)
+    return got
+
+
+def floor(env: common.BenchEnv, url: str, n_bytes: int, n_boxes: int, timeout_s: float, info: dict) -> dict:
+    """The imports and reads any astropy cut-out job needs, and nothing else (bench/_cutouts_floor.py,
+    a process of its own, reading the presigned `url`), timed from launch to exit."""
+    got = _json_child(env, "loopback", [sys.executable, FLOOR, "--url", url, "--bytes", str(n_bytes)], timeout_s, info)
+    if got["status"] == "ok":
+        got["wall_per_source_s"] = got["wall_s"] / max(1, n_boxes)
+    return got
+
+
+def _json_child(env: common.BenchEnv, profile: str, cmd: list[str], timeout_s: float, info: dict) -> dict:
+    """A bench script that prints one JSON line, run against the profile's endpoint: its status,
+    wall seconds from launch to exit, and the line's fields."""
     if profile != "loopback":
-        cmd += ["--endpoint-url", env.link(profile).endpoint_url]
-    info["command"] = " ".join(cmd)
+        cmd = cmd + ["--endpoint-url", env.link(profile).endpoint_url]
+    info["command"] = mpirun.shown(cmd)  # a presigned URL is a credential: recorded redacted
     status, done, wall_s = _run_child(cmd, env.env(), timeout_s)
     if status != "ok":
         tail = "" if done is None else (done.stderr or done.stdout)[-1500:]
         return {"status": status, "wall_s": wall_s, "error": tail or f"no result within {timeout_s:.0f} s"}
-    child = json.loads(done.stdout.strip().splitlines()[-1])
-    return {"status": "ok", "wall_s": wall_s, **child, "work_s": child["stage_s"] + child["cut_s"],
-            "wall_per_source_s": wall_s / max(1, len(boxes)),
-            "out_dir": out_dir}
+    return {"status": "ok", "wall_s": wall_s, **json.loads(done.stdout.strip().splitlines()[-1])}
 
 
 def astropy_loop(url: str, sample: list, work_dir: str, cube_path: str, info: dict) -> dict:

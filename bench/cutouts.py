@@ -8,7 +8,10 @@ how); on each link profile (loopback; acacia through Toxiproxy), interleaved per
   report states (+ 150 MB for the interpreter and libraries, as bench.memory);
 - the staging baseline: ingest's staging download of the whole cube, then every box cut with
   numpy from the local file and written with astropy (one process);
-- astropy + fsspec `section`, one source at a time (what cutout-fits does), on --sample sources.
+- astropy + fsspec `section`, one source at a time (what cutout-fits does), on --sample sources;
+- the floor (bench/_cutouts_floor.py): a process that imports numpy, astropy.wcs and urllib3 and
+  reads the bytes ingest's plan read from a presigned URL, and does nothing else: what no cut-out
+  job that converts the sky with astropy beats.
 Every candidate's cut-outs are checked against the cube, bit for bit, on the sampled sources.
 Ratios: astropy loop / ingest per source (target >= 20), staging / ingest wall time (target >= 1,
 "never slower"), peak RSS / bound (target <= 1). Then "on paper" (bench/_cutouts_paper.py): a
@@ -96,6 +99,14 @@ def _candidates(env, cube, profile: str, catalogue: str, boxes: list, sample: li
             shutil.rmtree(os.path.join(work_dir, "staging_out"), ignore_errors=True)
         return got
 
+    wire = {"bytes": cube.data_bytes}  # until an ingest round says what its plan read
+
+    def ingest_noting_wire() -> dict:
+        got = ingest()
+        if got.get("status") == "ok":
+            wire["bytes"] = got["bytes_wire"]
+        return got
+
     cands = []
     if args.reference_tree:  # the same job by another tree's code, interleaved with this one's
         info["ingest_before"] = {"ranks": args.ranks, "tree": args.reference_tree}
@@ -110,7 +121,10 @@ def _candidates(env, cube, profile: str, catalogue: str, boxes: list, sample: li
             return got
 
         cands.append(common.Candidate("ingest_before", before, info["ingest_before"]))
-    return cands + [common.Candidate("ingest", ingest, info["ingest"]),
+    info["floor"] = {}
+    return cands + [common.Candidate("ingest", ingest_noting_wire, info["ingest"]),
+            common.Candidate("floor", lambda: runs.floor(env, url, wire["bytes"], len(boxes), args.timeout_s,
+                                                         info["floor"]), info["floor"]),
             common.Candidate("staging", staging, info["staging"]),
             common.Candidate("astropy_loop", lambda: _not_raising(runs.astropy_loop, url, sample, work_dir, cube.path,
                                                                   info["astropy_loop"]), info["astropy_loop"])]
@@ -145,16 +159,23 @@ def cell_ratios(key: str, cell: dict) -> tuple[dict, dict]:
               common.target(">=", TARGET_LOOP_PER_SOURCE)),
              ("staging/ingest", "staging", "wall_s", "wall_s", common.target(">=", TARGET_STAGING)),
              # Both without process launch and imports: the child's stage + cut, ingest's prepare + makespan.
-             ("staging/ingest (no launch)", "staging", "work_s", "work_s", None)]
+             ("staging/ingest (no launch)", "staging", "work_s", "work_s", None),
+             # The floor: what the loop's ratio would be for a job that only imports and reads, and
+             # how much of ingest's wall time is that floor.
+             ("astropy_loop/floor per source", "astropy_loop", "per_source_s", "wall_per_source_s", None, "floor"),
+             ("floor/ingest", "floor", "wall_s", "wall_s", None)]
     if "ingest_before" in cell:
         specs += [("staging/ingest_before", "staging", "wall_s", "wall_s", None, "ingest_before"),
                   ("ingest_before/ingest", "ingest_before", "wall_s", "wall_s", None)]
     for name, other, metric_other, metric_ingest, tgt, *denominator in specs:
-        xs, ys, bounded = _pairs(cell, other, (denominator or ["ingest"])[0], metric_other, metric_ingest)
+        below = (denominator or ["ingest"])[0]
+        if other not in cell or below not in cell:
+            continue
+        xs, ys, bounded = _pairs(cell, other, below, metric_other, metric_ingest)
         if not xs:
             continue
-        bound = {"upper_bound": "ingest stopped at --timeout-s"} if bounded else {}
-        ratio = common.ratio_of(xs, ys, numerator=other, denominator="ingest",
+        bound = {"upper_bound": f"{below} stopped at --timeout-s"} if bounded else {}
+        ratio = common.ratio_of(xs, ys, numerator=other, denominator=below,
                                 metric=f"{metric_other} / {metric_ingest}", **bound)
         ratios[f"{key}:{name}"] = ratio
         # An upper bound below its target is a certain miss; one above it proves nothing, so it

@@ -64,6 +64,11 @@ def test_every_cell_ran_and_every_cutout_is_exact(quick_run):
         assert stg["staged_bytes"] == results["cube"]["object_bytes"]
         assert loop["sampled"] == 2 and len(loop["per_source_times_s"]) == 2
         assert all(_finite(t) and t > 0 for t in loop["per_source_times_s"])
+        # The floor read what ingest's plan read over the wire, inside its own launch-to-exit time.
+        (low,) = cell["floor"]["samples"]
+        assert low["status"] == "ok", key
+        assert low["bytes_read"] == min(ing["bytes_wire"], results["cube"]["object_bytes"]), key
+        assert 0 < low["imports_s"] < low["wall_s"] and 0 < low["read_s"] < low["wall_s"]
 
 
 @pytest.mark.timeout(180)
@@ -75,12 +80,15 @@ def test_ratios_targets_and_tables(quick_run):
         assert results["targets"][f"{key}:staging/ingest"] == {"op": ">=", "value": 1.0}
         assert results["targets"][f"{key}:peak_rss/bound"] == {"op": "<=", "value": 1.0}
         for name in ("astropy_loop/ingest per source", "staging/ingest", "staging/ingest (no launch)",
-                     "peak_rss/bound"):
+                     "astropy_loop/floor per source", "floor/ingest", "peak_rss/bound"):
             ratio = results["ratios"][f"{key}:{name}"]
             assert ratio["n"] == 1 and _finite(ratio["median"]) and ratio["median"] > 0
         cell = results["cells"][key]
         stg, ing = cell["staging"]["samples"][0], cell["ingest"]["samples"][0]
         assert results["ratios"][f"{key}:staging/ingest"]["median"] == pytest.approx(stg["wall_s"] / ing["wall_s"])
+        low = cell["floor"]["samples"][0]
+        assert results["ratios"][f"{key}:floor/ingest"]["median"] == pytest.approx(low["wall_s"] / ing["wall_s"])
+        assert f"{key}:floor/ingest" not in results["targets"]  # a measure of the floor, not a target
     assert "| loopback:6:staging/ingest |" in out and "On paper" in out
 
 
