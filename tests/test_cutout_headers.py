@@ -387,3 +387,10 @@ def test_patched_headers_equal_the_ones_astropy_builds(cubes, name):
         assert headers.head(box, object_name) == want
 
     check()
+    box = tuple((0, n) for n in layout.shape)
+    headers.head(box, "a name")  # the template with OBJECT made: the next header is patched
+    for bad in ("M\u00e9n", "tab\there"):  # astropy's own refusal, from the patched path too
+        with pytest.raises(ConfigError, match="object_name: .*printable ASCII"):
+            subcube_header(layout, box, object_name=bad)
+        with pytest.raises(ConfigError, match="object_name: .*printable ASCII"):
+            headers.head(box, bad)

@@ -12,6 +12,7 @@ from astropy.io import fits
 from astropy.wcs import WCS
 
 import ingest
+from ingest.outputs.cutouts import fits_text
 from tests.mpitools import check_root_ledger, child_env, cli, mpiexec, upload_float_cube
 
 SHAPE = (24, 40, 36)  # numpy order: z, y, x
@@ -26,7 +27,7 @@ def _bbox_catalogue(path, rows):
     """A CSV catalogue with SoFiA-2's bounding-box columns (inclusive pixels)."""
     lines = ["name,x_min,x_max,y_min,y_max,z_min,z_max"]
     lines += [",".join(str(v) for v in row) for row in rows]
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
 
@@ -36,7 +37,7 @@ ROWS = [
     ("edge source", 30, 40, 35, 45, 20, 30),  # partly off: clipped
     ("far away", 100, 110, 100, 110, 1, 2),  # wholly off: skipped
     ("SoFiA J100000-300000", 20, 22, 20, 22, 10, 12),  # a duplicate name
-    ("bad/name?*", 0, 0, 0, 0, 0, 0),
+    ("bad/name?* M\u00e9n\u2013\u65e5", 0, 0, 0, 0, 0, 0),  # unsafe for a file, and beyond FITS's ASCII
 ]
 
 
@@ -67,7 +68,7 @@ def _check(out_dir, cube_path, margin=10):
         with fits.open(path) as f:
             data, header = np.array(f[0].data), f[0].header
         np.testing.assert_array_equal(_bits(data), _bits(_astropy_box(cube_path, box)))
-        assert header["OBJECT"] == e["name"]
+        assert header["OBJECT"] == fits_text(e["name"]) and header["OBJECT"].isascii()
         cut_wcs = WCS(header)
         for _ in range(5):  # every pixel keeps its world coordinate
             pix = [rng.uniform(0, b - a - 1) for a, b in reversed(box)]
@@ -196,3 +197,8 @@ def test_plan_prices_a_catalogues_cutouts_before_any_data_moves(s3_server, cube,
     assert planned["prediction"]["makespan_s"] > 0 and planned["prediction"]["binding"]
     text = cli(["plan", cube["s3"], "--catalogue", catalogue], child_env(s3_server))
     assert "catalogue: 5 cut-outs (1 skipped) of 6 sources" in text.stdout
+
+
+def test_a_name_beyond_fits_text_keeps_its_cutout():
+    assert fits_text("M\u00e9n\u2013\u65e5 \u00c5ngstr\u00f6m\t") == "Men?? Angstrom?"
+    assert fits_text("WALLABY J100342-270137") == "WALLABY J100342-270137"

@@ -39,7 +39,8 @@ def _write(sink, job, source, raw, batch: DurableBatch, headers) -> str:
     else:
         from ingest.outputs.subcubes import write_cutout
 
-        write_cutout(path, source.box, raw, job.layout, object_name=source.name, batch=batch, headers=headers)
+        write_cutout(path, source.box, raw, job.layout, object_name=outputs.fits_text(source.name), batch=batch,
+                     headers=headers)
     return path
 
 

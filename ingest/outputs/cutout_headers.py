@@ -15,12 +15,13 @@ import re
 from astropy.io import fits
 from astropy.io.fits.card import _format_value  # astropy's own number formatting: the same bytes
 
-from ingest.outputs.subcubes import _check_box, _parsed_header, _source_label, subcube_header
+from ingest.outputs.subcubes import _check_box, _parsed_header, _source_label, card_error, subcube_header
 
 _BLOCK_BYTES = 2880
 _END = "END".ljust(80)
 _SHIFTED = re.compile(r"(?:CRPIX(\d+)[A-Z]?|LTV(\d+))")
 _NAXIS = re.compile(r"NAXIS(\d+)")
+_PRINTABLE = re.compile(r"[ -~]*")  # what a FITS header value may hold (astropy refuses the rest)
 
 
 class _Template:
@@ -55,7 +56,7 @@ class _Template:
         for i, (key, n, base, comment) in self.shifted.items():
             images[i] = _number_card(key, base - pairs[ndim - n][0], comment)
         if self.object_at is not None:
-            images[self.object_at[0]] = fits.Card("OBJECT", str(object_name), self.object_at[1]).image
+            images[self.object_at[0]] = _text_card("OBJECT", str(object_name), self.object_at[1])
         at, n = self.history
         text = _history_text(layout, pairs)  # commentary: 72 characters a card, as astropy splits it
         images[at:at + n] = [f"HISTORY {text[k:k + 72]}".ljust(80) for k in range(0, len(text), 72)]
@@ -68,6 +69,20 @@ def _number_card(key: str, value, comment: str) -> str:
     right-justified in 20 columns, the comment after ' / ', cut at 80 columns)."""
     image = f"{key:8}= {_format_value(value)}" + (f" / {comment}" if comment else "")
     return image.ljust(80)[:80]
+
+
+def _text_card(key: str, text: str, comment: str) -> str:
+    """A string card as astropy's Card writes it: quoted, quotes doubled, at least 8 characters
+    inside the quotes, the value padded to 20 columns. A value that is not printable ASCII, or a
+    card longer than 80 columns, goes to astropy's Card itself (its error, or CONTINUE cards):
+    building a Card reads astropy's configuration a few times, most of a cut-out's header time."""
+    image = f"{key:8}= {_format_value(text)}" + (f" / {comment}" if comment else "")
+    if len(image) <= 80 and _PRINTABLE.fullmatch(text):
+        return image.ljust(80)
+    try:
+        return fits.Card(key, text, comment).image
+    except ValueError as exc:
+        raise card_error(exc) from None
 
 
 def _history_text(layout, pairs) -> str:

@@ -218,7 +218,12 @@ def _add_cards(header: fits.Header, object_name, extra_cards) -> None:
             else:
                 header[key] = (value, comment) if comment else value
     except (ValueError, TypeError) as exc:  # astropy refuses non-ASCII text and odd values
-        raise ConfigError(f"extra_cards / object_name: cannot be written as FITS cards: {exc}") from None
+        raise card_error(exc) from None
+
+
+def card_error(exc: Exception) -> ConfigError:
+    """The error for an OBJECT name or extra card that astropy will not write as a FITS card."""
+    return ConfigError(f"extra_cards / object_name: cannot be written as FITS cards: {exc}")
 
 
 def _tmp_path(final_path: str) -> str:
