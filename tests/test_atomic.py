@@ -1,0 +1,65 @@
+"""ingest.atomic's batches: one sync per filesystem the batch's files are on (syncfs, not the
+node's every mount), and a failed sync publishes nothing."""
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from ingest import atomic
+
+
+def _batch_of(tmp_path, names):
+    batch = atomic.DurableBatch()
+    for name in names:
+        final = tmp_path / name
+        final.parent.mkdir(parents=True, exist_ok=True)
+        with batch.write(str(final), str(final) + ".tmp") as fh:
+            fh.write(name.encode())
+    return batch
+
+
+def test_a_batch_syncs_each_filesystem_once_then_renames(tmp_path, monkeypatch):
+    synced = []
+
+    def syncfs(fd):
+        synced.append(os.fstat(fd).st_dev)
+        return 0
+
+    monkeypatch.setattr(atomic, "_SYNCFS", syncfs)
+    monkeypatch.setattr(os, "sync", lambda: pytest.fail("the whole node synced"))
+    batch = _batch_of(tmp_path, ["a.fits", "sub/b.fits", "sub/c.fits"])
+    done = batch.publish()
+    assert sorted(os.path.basename(p) for p in done) == ["a.fits", "b.fits", "c.fits"]
+    assert synced == [os.stat(tmp_path).st_dev]  # two directories, one filesystem: one sync
+    assert (tmp_path / "sub" / "c.fits").read_bytes() == b"sub/c.fits"
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_a_failed_sync_publishes_nothing_and_names_the_directory(tmp_path, monkeypatch):
+    def syncfs(fd):
+        atomic.ctypes.set_errno(errno.EIO)
+        return -1
+
+    monkeypatch.setattr(atomic, "_SYNCFS", syncfs)
+    batch = _batch_of(tmp_path, ["a.fits", "b.fits"])
+    with pytest.raises(OSError, match=f"syncfs of {tmp_path}") as caught:
+        batch.publish()
+    assert caught.value.errno == errno.EIO
+    assert not (tmp_path / "a.fits").exists() and not (tmp_path / "b.fits").exists()
+    batch.discard()  # what the cut-out rank does on its way out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_without_syncfs_the_batch_falls_back_to_sync(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(atomic, "_SYNCFS", None)
+    monkeypatch.setattr(os, "sync", lambda: calls.append("sync"))
+    assert len(_batch_of(tmp_path, ["a.fits"]).publish()) == 1 and calls == ["sync"]
+
+
+def test_the_real_syncfs_runs_here(tmp_path):
+    assert atomic._SYNCFS is not None  # Linux's C library has it
+    assert len(_batch_of(tmp_path, ["a.fits"]).publish()) == 1
+    assert (tmp_path / "a.fits").read_bytes() == b"a.fits"
