@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import zlib
 from contextlib import contextmanager
 
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -89,18 +90,28 @@ class DurableBatch:
 
     def __init__(self):
         self.pending: list[tuple[str, str]] = []  # (tmp_path, final_path)
+        self.crc32s: dict[str, int] = {}  # final_path: CRC-32 of the bytes written (binary files)
 
     @contextmanager
     def write(self, final_path: str, tmp_path: str, mode: str = "wb", **open_kw):
-        """Yield a file open on `tmp_path`; kept for `publish` on a clean exit, removed on an error."""
+        """Yield a file open on `tmp_path`; kept for `publish` on a clean exit, removed on an error.
+        In a binary mode it is a writer that sums what passes through it (`crc32_of`), so nobody
+        reads the file back to learn its checksum."""
         fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         try:
             with os.fdopen(fd, mode, **open_kw) as fh:
-                yield fh
+                out = _Summed(fh) if "b" in mode else fh
+                yield out
         except BaseException:
             remove_quietly(tmp_path)
             raise
         self.pending.append((tmp_path, final_path))
+        if isinstance(out, _Summed):
+            self.crc32s[final_path] = out.crc32
+
+    def crc32_of(self, final_path: str) -> int | None:
+        """The CRC-32 of a binary file this batch wrote (and forgets it); None if it wrote none."""
+        return self.crc32s.pop(final_path, None)
 
     def publish(self) -> list[str]:
         """Make the batch durable and give every file its final name; the final paths."""
@@ -118,6 +129,18 @@ class DurableBatch:
 
     def discard(self) -> None:
         """Remove every file not yet published."""
-        for tmp_path, _ in self.pending:
+        for tmp_path, final_path in self.pending:
             remove_quietly(tmp_path)
+            self.crc32s.pop(final_path, None)
         self.pending = []
+
+
+class _Summed:
+    """A binary file's writes, passed on, and the CRC-32 of every byte so far."""
+
+    def __init__(self, fh):
+        self.fh, self.crc32 = fh, 0
+
+    def write(self, data) -> int:
+        self.crc32 = zlib.crc32(data, self.crc32)
+        return self.fh.write(data)

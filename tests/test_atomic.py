@@ -63,3 +63,21 @@ def test_the_real_syncfs_runs_here(tmp_path):
     assert atomic._SYNCFS is not None  # Linux's C library has it
     assert len(_batch_of(tmp_path, ["a.fits"]).publish()) == 1
     assert (tmp_path / "a.fits").read_bytes() == b"a.fits"
+
+
+def test_a_batch_knows_each_binary_files_crc32_without_reading_it_back(tmp_path):
+    import zlib
+
+    import numpy as np
+
+    batch = atomic.DurableBatch()
+    parts = [b"SIMPLE", np.arange(1000, dtype=">f4").view(np.uint8), memoryview(b"\0" * 17)]
+    with batch.write(str(tmp_path / "a.fits"), str(tmp_path / "a.tmp")) as fh:
+        for part in parts:
+            fh.write(part)
+    with batch.write(str(tmp_path / "b.txt"), str(tmp_path / "b.tmp"), mode="w") as fh:
+        fh.write("text")  # a text file: written as it is, no sum
+    batch.publish()
+    assert batch.crc32_of(str(tmp_path / "a.fits")) == zlib.crc32((tmp_path / "a.fits").read_bytes())
+    assert batch.crc32_of(str(tmp_path / "a.fits")) is None  # taken once
+    assert batch.crc32_of(str(tmp_path / "b.txt")) is None and (tmp_path / "b.txt").read_text() == "text"

@@ -202,3 +202,15 @@ def test_plan_prices_a_catalogues_cutouts_before_any_data_moves(s3_server, cube,
 def test_a_name_beyond_fits_text_keeps_its_cutout():
     assert fits_text("M\u00e9n\u2013\u65e5 \u00c5ngstr\u00f6m\t") == "Men?? Angstrom?"
     assert fits_text("WALLABY J100342-270137") == "WALLABY J100342-270137"
+
+
+def test_the_manifest_text_is_the_manifest_one_line_per_source():
+    from ingest.outputs.cutouts import manifest_text
+
+    entries = [{"name": f"M\u00e9n {i}", "row": i, "status": "done", "box": [[0, 2], [1, 3]], "crc32": i}
+               for i in range(3)]
+    manifest = {"schema": "ingest.cutouts/1", "cube": {"source": "s3://b/k", "bytes": 10}, "sources": entries}
+    text = manifest_text(manifest)
+    assert json.loads(text) == manifest and text.endswith("\n")
+    assert [line.strip().rstrip(",") for line in text.splitlines() if '"row"' in line] == [json.dumps(e) for e in entries]
+    assert json.loads(manifest_text({"sources": []})) == {"sources": []}

@@ -91,12 +91,17 @@ class _Finisher:
         if len(self.pending) >= PUBLISH_FILES:
             self.flush()
 
+    def _crc32(self, path: str) -> int | None:
+        """What the batch summed as it wrote the file, or (an HDF5 cut-out, written by h5py) read back."""
+        crc = self.durable.crc32_of(path)
+        return outputs.file_crc32(path) if crc is None else crc
+
     def flush(self) -> None:
         if not self.pending:
             return
         self.durable.publish()
-        done = [self.sink.done(path, source.entry(os.path.basename(path), os.path.getsize(path),
-                                                  outputs.file_crc32(path), requests=requests, wire_bytes=wire))
+        done = [self.sink.done(path, source.entry(os.path.basename(path), os.path.getsize(path), self._crc32(path),
+                                                  requests=requests, wire_bytes=wire))
                 for source, path, requests, wire in self.pending]
         self.sink.journal_many(done)
         self.entries += done
