@@ -250,6 +250,19 @@ def test_pages_script(tmp_path):
         assert results["candidates"]["ingest"]["samples"][0]["minor_faults"] >= (4 << 20) // 4096
 
 
+def test_cutout_writes_script(tmp_path):
+    """No server: each pair of ways to write a cut-out's header, CRC and manifest, interleaved."""
+    out = _run(["-m", "bench.cutout_writes", "--files", "20", "--sources", "50"], tmp_path, timeout_s=90)
+    assert "| headers_patched |" in out and "| crc_summed |" in out and "| manifest_text |" in out
+    results = _load(tmp_path, "cutout_writes")
+    _check_ratios(results, {"headers_card/headers_patched", "crc_read_back/crc_summed",
+                            "manifest_dump/manifest_text"}, set())
+    assert results["config"]["files"] == 20 and results["config"]["sources"] == 50
+    for name, cand in results["candidates"].items():
+        (sample,) = cand["samples"]
+        assert sample["elapsed_s"] > 0, name
+
+
 def test_rounds_script(tmp_path):
     """One launch of 2 ranks: rounds of 1 MiB a stream and of the whole share, each measured."""
     out = _run(["-m", "bench.rounds", "--ranks", "2", "--streams", "2", "--stream-mib", "1"], tmp_path, timeout_s=120)
