@@ -109,6 +109,14 @@ class DurableBatch:
         if isinstance(out, _Summed):
             self.crc32s[final_path] = out.crc32
 
+    def take(self) -> "DurableBatch":
+        """A batch holding every file written so far (to publish elsewhere, e.g. on another thread);
+        this one is left empty for the files that follow."""
+        taken = DurableBatch()
+        taken.pending, self.pending = self.pending, []
+        taken.crc32s, self.crc32s = self.crc32s, {}
+        return taken
+
     def crc32_of(self, final_path: str) -> int | None:
         """The CRC-32 of a binary file this batch wrote (and forgets it); None if it wrote none."""
         return self.crc32s.pop(final_path, None)

@@ -1,9 +1,11 @@
 """ingest.atomic's batches: one sync per filesystem the batch's files are on (syncfs, not the
-node's every mount), and a failed sync publishes nothing."""
+node's every mount), and a failed sync publishes nothing; and a cut-out rank's finisher, which
+publishes its batches on a worker thread."""
 from __future__ import annotations
 
 import errno
 import os
+import zlib
 
 import pytest
 
@@ -66,8 +68,6 @@ def test_the_real_syncfs_runs_here(tmp_path):
 
 
 def test_a_batch_knows_each_binary_files_crc32_without_reading_it_back(tmp_path):
-    import zlib
-
     import numpy as np
 
     batch = atomic.DurableBatch()
@@ -81,3 +81,71 @@ def test_a_batch_knows_each_binary_files_crc32_without_reading_it_back(tmp_path)
     assert batch.crc32_of(str(tmp_path / "a.fits")) == zlib.crc32((tmp_path / "a.fits").read_bytes())
     assert batch.crc32_of(str(tmp_path / "a.fits")) is None  # taken once
     assert batch.crc32_of(str(tmp_path / "b.txt")) is None and (tmp_path / "b.txt").read_text() == "text"
+
+
+class _Source:
+    def __init__(self, name):
+        self.name = name
+
+    def entry(self, file, nbytes, crc32, **extra):
+        return {"name": self.name, "file": file, "bytes": nbytes, "crc32": crc32, **extra}
+
+
+class _Sink:
+    def __init__(self):
+        self.journalled = []
+
+    def done(self, path, entry):
+        return entry
+
+    def journal_many(self, entries):
+        self.journalled += [e["name"] for e in entries]
+
+
+def _finisher_files(tmp_path, finisher, durable, names):
+    for name in names:
+        path = str(tmp_path / f"{name}.fits")
+        with durable.write(path, path + ".tmp") as fh:
+            fh.write(name.encode())
+        finisher.add(_Source(name), path, 1.0, 10)
+
+
+def test_groups_are_published_in_the_background_in_order(tmp_path, monkeypatch):
+    """A cut-out rank's finisher: a group of PUBLISH_FILES goes to the worker while the next is
+    written; flush publishes the rest; entries, journal and progress come back in order."""
+    from ingest.driver import cutout_rank
+
+    monkeypatch.setattr(cutout_rank, "PUBLISH_FILES", 3)
+    durable, entries, sink, progress = atomic.DurableBatch(), [], _Sink(), []
+    finisher = cutout_rank._Finisher(sink, durable, entries, lambda n, b: progress.append((n, b)))
+    names = [f"s{i}" for i in range(8)]
+    try:
+        _finisher_files(tmp_path, finisher, durable, names)
+        finisher.flush()
+    finally:
+        finisher.close()
+    assert [e["name"] for e in entries] == names == sink.journalled
+    assert progress == [(3, 30), (3, 30), (2, 20)]
+    assert all(e["crc32"] == zlib.crc32(e["name"].encode()) for e in entries)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{n}.fits" for n in names)
+
+
+def test_a_group_that_fails_to_publish_raises_on_the_ranks_thread_and_leaves_no_file(tmp_path, monkeypatch):
+    from ingest.driver import cutout_rank
+
+    def syncfs(fd):
+        atomic.ctypes.set_errno(errno.EIO)
+        return -1
+
+    monkeypatch.setattr(cutout_rank, "PUBLISH_FILES", 2)
+    monkeypatch.setattr(atomic, "_SYNCFS", syncfs)
+    durable, entries = atomic.DurableBatch(), []
+    finisher = cutout_rank._Finisher(_Sink(), durable, entries, None)
+    with pytest.raises(OSError, match="syncfs of"):
+        try:
+            _finisher_files(tmp_path, finisher, durable, ["a", "b", "c"])  # "c" waits for a and b's group
+            finisher.flush()
+        finally:
+            finisher.close()
+            durable.discard()
+    assert entries == [] and list(tmp_path.iterdir()) == []

@@ -7,11 +7,15 @@ largest band; each band's requests land in it (after the planes carried over fro
 are moved to its front), then every cut-out whose last plane the band read is gathered from it
 (or from its partial array, filled band by band) and written under a temporary name. Files are
 made durable by one sync per group and renamed into place (`ingest.atomic.DurableBatch`), and
-only then journalled. Chunked HDF5 data is read per cut-out through its chunks instead.
+only then journalled. A group is published on a thread of its own while the rank cuts the next
+one, so the disk writes while the CPU cuts; at most one group is in flight, and every group is
+published before its band is counted done. Chunked HDF5 data is read per cut-out through its
+chunks instead.
 """
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 from mpi4py import MPI
@@ -80,34 +84,72 @@ class RankTally:
 
 
 class _Finisher:
-    """Cut-outs written under temporary names, made durable and journalled in groups."""
+    """Cut-outs written under temporary names, made durable and journalled in groups: a group is
+    published (synced, renamed, uploaded with --dest, journalled) on one worker thread while the
+    rank writes the next; its entries and progress are taken back on the rank's own thread, the
+    only one that uses MPI."""
 
     def __init__(self, sink, durable: DurableBatch, entries: list, progress):
         self.sink, self.durable, self.entries, self.progress = sink, durable, entries, progress
         self.pending = []  # (source, path, requests, wire_bytes)
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="publish")
+        self._in_flight = None  # (future of the entries, the batch it publishes)
 
     def add(self, source, path: str, requests: float, wire_bytes: int) -> None:
         self.pending.append((source, path, requests, wire_bytes))
         if len(self.pending) >= PUBLISH_FILES:
-            self.flush()
-
-    def _crc32(self, path: str) -> int | None:
-        """What the batch summed as it wrote the file, or (an HDF5 cut-out, written by h5py) read back."""
-        crc = self.durable.crc32_of(path)
-        return outputs.file_crc32(path) if crc is None else crc
+            self._hand_over()
 
     def flush(self) -> None:
+        """Every file added so far published and journalled."""
+        self._hand_over()
+        self._take_back()
+
+    def close(self) -> None:
+        """On the way out, error or not: wait for the group in flight, remove what was not published."""
+        if self._in_flight is not None:
+            future, batch = self._in_flight
+            self._in_flight = None
+            wait([future])  # its error, if any, is not raised over the one being handled
+            batch.discard()
+        self._worker.shutdown(wait=True)
+
+    def _hand_over(self) -> None:
+        self._take_back()  # one group in flight at most: its files' memory is the page cache's
         if not self.pending:
             return
-        self.durable.publish()
-        done = [self.sink.done(path, source.entry(os.path.basename(path), os.path.getsize(path), self._crc32(path),
-                                                  requests=requests, wire_bytes=wire))
-                for source, path, requests, wire in self.pending]
+        group, self.pending = self.pending, []
+        batch = self.durable.take()
+        self._in_flight = (self._worker.submit(self._publish, group, batch), batch)
+
+    def _publish(self, group, batch: DurableBatch) -> list[dict]:
+        """The worker: files and the store only."""
+        batch.publish()
+        done = [self.sink.done(path, source.entry(os.path.basename(path), os.path.getsize(path),
+                                                  self._crc32(batch, path), requests=requests, wire_bytes=wire))
+                for source, path, requests, wire in group]
         self.sink.journal_many(done)
+        return done
+
+    @staticmethod
+    def _crc32(batch: DurableBatch, path: str) -> int | None:
+        """What the batch summed as it wrote the file, or (an HDF5 cut-out, written by h5py) read back."""
+        crc = batch.crc32_of(path)
+        return outputs.file_crc32(path) if crc is None else crc
+
+    def _take_back(self) -> None:
+        if self._in_flight is None:
+            return
+        future, _ = self._in_flight
+        try:
+            done = future.result()  # the worker's error raised here, on the rank's thread
+        except BaseException:
+            self.close()  # a signal while waiting too: the worker ends before its files go
+            raise
+        self._in_flight = None
         self.entries += done
         if self.progress is not None:
             self.progress(len(done), sum(e["wire_bytes"] for e in done))
-        self.pending = []
 
 
 def _stream(transport, job, cfg: RunConfig, sources, write, finisher: _Finisher, tally: RankTally) -> None:
@@ -188,6 +230,7 @@ def cut_rank(comm, cfg: RunConfig, job, sources, progress=None,
             read(transport, job, cfg, sources, lambda src, raw: _write(sink, job, src, raw, durable, headers),
                  finisher, tally)
     finally:
+        finisher.close()
         durable.discard()
         sink.close()
     return entries, tally.record(len(entries))
