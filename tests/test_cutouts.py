@@ -12,7 +12,7 @@ from astropy.io import fits
 from astropy.wcs import WCS
 
 import ingest
-from ingest.outputs.cutouts import fits_text
+from ingest.outputs.subcubes import fits_text
 from tests.mpitools import check_root_ledger, child_env, cli, mpiexec, upload_float_cube
 
 SHAPE = (24, 40, 36)  # numpy order: z, y, x

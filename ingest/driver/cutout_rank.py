@@ -41,9 +41,9 @@ def _write(sink, job, source, raw, batch: DurableBatch, headers) -> str:
 
         write_h5_subcube(path, job.layout, source.box, raw, source_label=job.layout.source)
     else:
-        from ingest.outputs.subcubes import write_cutout
+        from ingest.outputs.subcubes import fits_text, write_cutout
 
-        write_cutout(path, source.box, raw, job.layout, object_name=outputs.fits_text(source.name), batch=batch,
+        write_cutout(path, source.box, raw, job.layout, object_name=fits_text(source.name), batch=batch,
                      headers=headers)
     return path
 

@@ -15,13 +15,13 @@ import re
 from astropy.io import fits
 from astropy.io.fits.card import _format_value  # astropy's own number formatting: the same bytes
 
-from ingest.outputs.subcubes import _check_box, _parsed_header, _source_label, card_error, subcube_header
+from ingest.outputs.subcubes import (NOT_FITS_TEXT, _check_box, _parsed_header, _source_label, card_error,
+                                     subcube_header)
 
 _BLOCK_BYTES = 2880
 _END = "END".ljust(80)
 _SHIFTED = re.compile(r"(?:CRPIX(\d+)[A-Z]?|LTV(\d+))")
 _NAXIS = re.compile(r"NAXIS(\d+)")
-_PRINTABLE = re.compile(r"[ -~]*")  # what a FITS header value may hold (astropy refuses the rest)
 
 
 class _Template:
@@ -77,7 +77,7 @@ def _text_card(key: str, text: str, comment: str) -> str:
     card longer than 80 columns, goes to astropy's Card itself (its error, or CONTINUE cards):
     building a Card reads astropy's configuration a few times, most of a cut-out's header time."""
     image = f"{key:8}= {_format_value(text)}" + (f" / {comment}" if comment else "")
-    if len(image) <= 80 and _PRINTABLE.fullmatch(text):
+    if len(image) <= 80 and not NOT_FITS_TEXT.search(text):
         return image.ljust(80)
     try:
         return fits.Card(key, text, comment).image

@@ -8,17 +8,16 @@ per source its name, row, box, file, bytes, CRC-32 of the file, requests and wir
 reason it was skipped) and removes the journals. A re-run trusts a file only when its CRC-32
 still matches what the manifest or a journal recorded, and cuts the rest.
 
-A file's OBJECT card is the source's name as a FITS header value can hold it (printable ASCII:
-accents dropped, so "Mén" is "Men", any other character `?`); the manifest keeps the name as the
-catalogue has it. A name is not a reason to lose a source's cut-out.
+A file's OBJECT card is the source's name as a FITS header value can hold it
+(`outputs.subcubes.fits_text`: printable ASCII, accents dropped, so "Mén" is "Men", any other
+character `?`); the manifest keeps the name as the catalogue has it. A name is not a reason to
+lose a source's cut-out.
 """
 from __future__ import annotations
 
 import glob
 import json
 import os
-import re
-import unicodedata
 import zlib
 
 from ingest.atomic import atomic_write, remove_quietly
@@ -29,15 +28,6 @@ SCHEMA = "ingest.cutouts/1"
 NAME = "manifest.json"
 _JOURNAL = ".cutouts-rank{rank}.jsonl"
 _READ_BYTES = 8 << 20
-
-
-_NOT_FITS_TEXT = re.compile(r"[^ -~]")  # FITS header values are printable ASCII
-
-
-def fits_text(name: str) -> str:
-    """`name` as a FITS header value (OBJECT) can hold it: see the module doc."""
-    plain = "".join(c for c in unicodedata.normalize("NFKD", name) if not unicodedata.combining(c))
-    return _NOT_FITS_TEXT.sub("?", plain)
 
 
 def file_crc32(path: str) -> int | None:

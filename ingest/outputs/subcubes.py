@@ -27,6 +27,7 @@ import functools
 import os
 import re
 import sys
+import unicodedata
 from collections.abc import Mapping
 
 import numpy as np
@@ -224,6 +225,17 @@ def _add_cards(header: fits.Header, object_name, extra_cards) -> None:
 def card_error(exc: Exception) -> ConfigError:
     """The error for an OBJECT name or extra card that astropy will not write as a FITS card."""
     return ConfigError(f"extra_cards / object_name: cannot be written as FITS cards: {exc}")
+
+
+NOT_FITS_TEXT = re.compile(r"[^ -~]")  # a FITS header value is printable ASCII; astropy refuses the rest
+
+
+def fits_text(name: str) -> str:
+    """`name` as a FITS header value can hold it: accents dropped ("Mén" is "Men"), any other
+    character beyond printable ASCII `?`. For a catalogue's names, which are not a reason to lose
+    a cut-out; a name given to `write_cutout` itself is refused instead (card_error)."""
+    plain = "".join(c for c in unicodedata.normalize("NFKD", name) if not unicodedata.combining(c))
+    return NOT_FITS_TEXT.sub("?", plain)
 
 
 def _tmp_path(final_path: str) -> str:
