@@ -6,6 +6,12 @@ layout (FITS header or HDF5 metadata, read once at open) and the link's cost mod
 on the first read big enough to repay a probe, then handed to the tuner for every later box).
 Reads from many threads at once share all three; only opening and the probe take a lock.
 
+It also keeps the bytes it read from a store, up to a memory budget (`cache=`, default
+CACHE_BYTES): a read that overlaps earlier ones asks the store only for the bytes it lacks
+(ingest.transports.cached), and `stats` says how many bytes came from memory and how many from
+the store. The header and the probe's reads go around the cache (the probe measures the link), and
+a local file has none (the kernel's page cache is one already).
+
 A cube pickles as its source, settings and what was learned (layout, object identity, cost
 model), never a connection or a key, so dask can ship it to workers: an unpickled cube opens its
 own transport on its first read (keys for s3:// from boto3's standard chain where it runs) and
@@ -34,12 +40,19 @@ from ingest.core.tuning import THREADS_MAX
 from ingest.engine.executor import execute
 from ingest.formats.reader import read_any_layout_timed
 from ingest.transports import open_transport
+from ingest.transports.cached import CachedTransport
 from ingest.transports.retry import RetryPolicy
+from ingest.units import MiB, format_bytes, parse_bytes
 from ingest.api.options import TRANSPORT_OPTIONS, keyword_names, refuse_unknown
 
 # Transport options that are live objects, never pickled: a boto3 client holds credentials and a
 # connection pool, a re-signing callable may close over keys. An unpickled cube goes without them.
 _LIVE_OPTIONS = ("client", "refresh_url")
+
+# What a cube keeps of the bytes it read, by default: room for a few hundred cut-outs or a few
+# dozen channel maps of a large cube, small beside a notebook's memory (fsspec's BlockCache keeps
+# 32 blocks of a file; a cube's reads are larger than its 5 MB blocks).
+CACHE_BYTES = 256 * MiB
 
 
 @dataclass(frozen=True)
@@ -51,17 +64,23 @@ class _Spec:
     cost: CostModel | None  # the model to start from; None: the config's
     retry: RetryPolicy
     extra_options: tuple  # (name, value) transport options RunConfig has no field for (posix O_DIRECT)
+    cache_bytes: int = CACHE_BYTES  # memory for bytes already read (0: none)
 
 
 @dataclass
 class CubeStats:
-    """What this cube's reads have cost so far, over all threads (this process's copy only)."""
+    """What this cube's reads have cost so far, over all threads (this process's copy only).
+
+    bytes_wire is what the plans asked for (the bytes needed and the gaps merged between them);
+    of those, bytes_from_cache came from the cube's memory and bytes_from_store over the wire."""
 
     reads: int = 0  # plans executed: one per read(), cube[...] or dask task
-    requests: int = 0
+    requests: int = 0  # the plans' requests, before the cache took what it held
     bytes_needed: int = 0
     bytes_wire: int = 0
     retries: int = 0
+    bytes_from_cache: int = 0
+    bytes_from_store: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, stats) -> None:
@@ -72,6 +91,17 @@ class CubeStats:
             self.bytes_wire += stats.bytes_wire
             self.retries += stats.retries
 
+    def add_served(self, from_cache_bytes: int, from_store_bytes: int) -> None:
+        """Bytes of a read taken from the cube's cache and from the store (the cache's tally)."""
+        with self._lock:
+            self.bytes_from_cache += from_cache_bytes
+            self.bytes_from_store += from_store_bytes
+
+    def __str__(self) -> str:
+        return (f"{self.reads} reads, {self.requests} requests, {format_bytes(self.bytes_needed)} needed, "
+                f"{format_bytes(self.bytes_wire)} asked: {format_bytes(self.bytes_from_cache)} from cache, "
+                f"{format_bytes(self.bytes_from_store)} from the store, {self.retries} retries")
+
 
 class RemoteCube:
     """One FITS HDU or HDF5 dataset in an object store, sliced like a numpy array.
@@ -79,7 +109,7 @@ class RemoteCube:
     Made by `ingest.open(source, ...)`; see its help for the options. `cube[key]` takes numpy
     basic indexing (integers, slices with steps, `...`, None) with numpy's meaning; `read(region,
     out=)` and `plan(region)` take read_subcube's stricter regions. Thread-safe; picklable (dask).
-    `stats` counts this process's reads, requests and bytes.
+    `stats` counts this process's reads, requests and bytes (from the cache and from the store).
     """
 
     def __init__(self, spec: _Spec, *, live: dict | None = None, layout=None, info=None, header=None,
@@ -93,7 +123,8 @@ class RemoteCube:
         self._tuned_cost = tuned_cost  # the cost model once a probe measured the link (or probe=False)
         self._memo: dict = {}  # (counts, steps) -> Settings, for contiguous layouts
         self._closed = closed
-        self._transport = None
+        self._transport = None  # the object's transport: the probe reads through it
+        self._reader = None  # what reads go through: the transport, or the cache around it
         self._open_lock = threading.Lock()
         self._tune_lock = threading.Lock()
         self.stats = CubeStats()
@@ -109,7 +140,12 @@ class RemoteCube:
                 raise ValueError(f"ingest.RemoteCube {self.source}: the cube is closed; open it again with "
                                  f"ingest.open(...) to read")
             if self._transport is None:
-                self._transport = self._open_transport()
+                transport = self._open_transport()
+                # A local file has the kernel's page cache and no link to spare: no second copy.
+                budget = self._spec.cache_bytes if transport.endpoint is not None else 0
+                self._reader = (CachedTransport(transport, budget, on_served=self.stats.add_served) if budget
+                                else transport)
+                self._transport = transport
             return self._transport, self._layout
 
     def _open_transport(self):
@@ -135,7 +171,10 @@ class RemoteCube:
         with self._open_lock:
             self._closed = True
             transport, self._transport = self._transport, None
-        if transport is not None:
+            reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()  # the cache's memory, and the transport it wraps
+        elif transport is not None:
             transport.close()
 
     @property
@@ -333,7 +372,7 @@ class RemoteCube:
         transport, layout = self._connect()
         settings = self._settings(transport, layout, normalize(region, layout.shape))
         sel, plan = plan_with(layout, region, settings)
-        spec = self._spec
+        spec, transport = self._spec, self._reader or transport
         if out is not None and self._lands_in_place(plan, out):
             stats = execute(plan, transport, out.reshape(sel.box_shape), threads=settings.threads, retry=spec.retry)
             data = out
@@ -344,6 +383,8 @@ class RemoteCube:
                 out[...] = data
                 data = out
         self.stats.add(stats)
+        if not isinstance(transport, CachedTransport):  # then every byte asked came from the store
+            self.stats.add_served(0, stats.bytes_wire)
         return data
 
     def _lands_in_place(self, plan, out: np.ndarray) -> bool:
@@ -399,6 +440,7 @@ def open(
     cost: CostModel | None = None,
     retry: RetryPolicy | None = None,
     native_byteorder: bool = False,
+    cache: int | str | bool | None = True,
     **transport_options,
 ) -> RemoteCube:
     """Open a FITS HDU or HDF5 dataset once and read it many times: a RemoteCube.
@@ -437,6 +479,10 @@ def open(
                         request, resuming broken ranges
       native_byteorder  return the machine's byte order; default False (big-endian as FITS
                         stores it, like astropy's .data)
+      cache             memory for the bytes already read, so a read overlapping earlier ones
+                        asks the store only for what it lacks (bytes, or a string like
+                        "512MiB"); least recently used bytes go first beyond it; default True:
+                        CACHE_BYTES (256 MiB); 0, False or None: no cache
       **transport_options, passed to the transport:
                         endpoint_url (URL), verify_tls (default True), ca_bundle (PEM path),
                         connect_timeout_s (s, default 10), read_timeout_s (s, default 60),
@@ -455,10 +501,20 @@ def open(
     cfg = load_config({"source": os.fspath(source), "method": method, "threads": threads, "chunk_bytes": chunk_bytes,
                        "strategy": strategy, "max_gap_bytes": max_gap_bytes, "probe": probe, "hdu": hdu,
                        "dataset": dataset, "native_byteorder": native_byteorder, **settings})
-    spec = _Spec(cfg=cfg, cost=cost, retry=retry or retry_policy(cfg), extra_options=extra)  # AWS_MAX_ATTEMPTS too
+    spec = _Spec(cfg=cfg, cost=cost, retry=retry or retry_policy(cfg), extra_options=extra,  # AWS_MAX_ATTEMPTS too
+                 cache_bytes=cache_budget(cache))
     cube = RemoteCube(spec, live=live)
     cube._connect()  # the header now: a wrong source, HDU or dataset fails here, not on the first read
     return cube
+
+
+def cache_budget(cache: int | str | bool | None) -> int:
+    """`ingest.open`'s cache= as bytes: True the default, 0/False/None none, else a byte count."""
+    if cache is True:
+        return CACHE_BYTES
+    if cache is None or cache is False:
+        return 0
+    return parse_bytes(cache, "cache")
 
 
 _CONFIG_FIELDS = {f.name for f in fields(RunConfig)}
