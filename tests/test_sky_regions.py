@@ -9,7 +9,7 @@ import pickle
 
 import astropy.units as u
 import pytest
-from astropy.coordinates import FK4, SkyCoord
+from astropy.coordinates import FK4, FK5, SkyCoord
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -47,6 +47,11 @@ def close(a, b) -> bool:
     ("RANGE 150.0 150.5 -30.5 -30.0", "range 10h00m 10h02m -30d30m -30d00m"),
     ("POLYGON 150.0 -30.4 150.3 -30.4 150.3 -30.1", "polygon 150deg -30.4deg 150.3deg -30.4deg 150.3deg -30.1deg"),
     ("POLYGON 150.0 -30.4 150.3 -30.4 150.3 -30.1", "POLYGON 150, -30.4, 150.3, -30.4, 150.3, -30.1, 150, -30.4"),
+    # a space before the unit, as astropy writes a quantity
+    ("CIRCLE 150.12 -30.25 0.016666666666666666", "circle 10h00m28.8s -30d15m 1 arcmin"),
+    ("CIRCLE icrs 150.1 -30.2 0.04", "circle icrs 150.1 deg -30.2 deg 2.4 arcmin"),
+    ("RANGE 150.0 150.5 -30.5 -30.0", "range 10h00m 10h02m -30.5 deg -30 deg"),
+    ("CIRCLE fk5 J2010 150.1 -30.2 0.5", "circle fk5 J2010 150.1 deg -30.2deg 30 arcmin"),
 ])
 def test_soda_and_readable_forms_give_the_same_region(soda, readable):
     assert close(parse_pos(soda), parse_pos(readable))
@@ -67,10 +72,31 @@ def test_a_frame_word_overrides_the_argument_and_bad_frames_are_named():
     assert parse_pos("CIRCLE 263.5 20.1 0.05", frame="Galactic").frame == "galactic"
     assert parse_pos("CIRCLE J2000 263.5 20.1 0.05").frame == "fk5"
     assert parse_pos("circle FK5 263.5deg 20.1deg 3arcmin", frame="galactic").frame == "fk5"
-    with pytest.raises(ConfigError, match=r"'circle fk4 1 2 3'.*'fk4' is not supported: use one of icrs, fk5, galactic"):
-        parse_pos("circle fk4 1 2 3")
+    with pytest.raises(ConfigError, match=r"'circle ecliptic 1 2 3'.*'ecliptic' is not supported: use one of icrs, fk5, fk4"):
+        parse_pos("circle ecliptic 1 2 3")
     with pytest.raises(ConfigError, match=r"'ecliptic' is not supported"):
         normalize_frame("ecliptic")
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("FK5 J2000", "fk5"), ("fk5 J2010", "fk5 J2010"), ("fk5  j2010.50", "fk5 J2010.5"), ("FK4", "fk4"),
+    ("B1950", "fk4"), ("fk4 B1950", "fk4"), ("fk4 B1900", "fk4 B1900"), ("fk5 B1950", "fk5 J1949.999790442"),
+])
+def test_frames_name_their_equinox(name, expected):
+    assert normalize_frame(name) == expected
+    region = parse_pos(f"circle {name} 150.1deg -30.2deg 1arcmin")
+    assert region.frame == expected and region.describe().startswith(f"CIRCLE {expected} 150.1 -30.2 ")
+    assert parse_pos(region.describe()) == region
+
+
+@pytest.mark.parametrize("text, message", [
+    ("circle galactic J2010 1 2 3", r"only fk5 and fk4 take an equinox \('J2010' follows 'galactic'\)"),
+    ("circle fk5 X2010 1 2 3", r"'X2010' is not an equinox; write a Julian or Besselian year"),
+    ("circle fk5 J20 1 2 3", r"equinox year 20 is outside 1000..3000"),
+])
+def test_bad_equinoxes_are_named(text, message):
+    with pytest.raises(ConfigError, match=rf"position {text!r}: .*{message}"):
+        parse_pos(text)
 
 
 def test_ranges_wrap_through_zero_and_open_sides_are_the_whole_coordinate():
@@ -90,8 +116,13 @@ def test_ranges_wrap_through_zero_and_open_sides_are_the_whole_coordinate():
     ("RANGE 0 10 20 10", r"latitude range is reversed"),
     ("RANGE 0 10 -100 10", r"latitude -100.0 deg is outside"),
     ("circle 10h00m 150.12 5arcmin", r"'150.12' has no unit; beside values with units every angle needs one"),
-    ("circle 150.12deg -30.25deg 5 arcmin", r"'150.12deg' has its own unit; the unit word 'arcmin'"),
+    ("circle 150.12deg -30.25deg 5arcmin arcmin", r"the unit word 'arcmin' follows '5arcmin', which is not a bare number"),
+    ("circle 150.1 deg -30.2 deg 2.4", r"'2.4' has no unit; beside values with units every angle needs one"),
+    ("circle 150.1 -30.2 deg 2.4arcmin", r"'150.1' has no unit"),
+    ("circle deg 1 2 3", r"the unit word 'deg' comes before any number"),
+    ("circle 150deg 30 hourangle 1deg", r"'30 hourangle' is in hours, which only a longitude may be"),
     ("CIRCLE 1 2 3 furlong", r"'furlong' is not an angle unit"),
+    ("circle 150.1 -30.2 2.4 arcmin", r"'arcmin' after bare numbers could be the unit of them all or of the last one only"),
     ("CIRCLE 1 2", r"CIRCLE takes 3 values \(lon lat radius\), got 2"),
     ("RANGE 1 2 3", r"RANGE takes 4 values"),
     ("POLYGON 0 0 1 1", r"POLYGON takes lon lat pairs, at least 3 of them; got 4 values"),
@@ -173,8 +204,14 @@ def test_regions_from_skycoord_and_quantities():
     assert SkyCircle.around(centre, 5 * u.arcmin) == parse_pos("CIRCLE 150.12 -30.25 0.08333333333333333")
     galactic = SkyCircle.around(centre.galactic, 0.1 * u.deg)
     assert galactic.frame == "galactic" and math.isclose(galactic.lon_deg, centre.galactic.l.deg)
-    fk4 = SkyCircle.around(centre.transform_to(FK4()), 0.1 * u.deg)  # carried to ICRS
-    assert fk4.frame == "icrs" and math.isclose(fk4.lon_deg, 150.12, abs_tol=1e-9)
+    b1950 = centre.transform_to(FK4(equinox="B1950"))
+    fk4 = SkyCircle.around(b1950, 0.1 * u.deg)  # kept in its own frame
+    assert fk4.frame == "fk4" and (fk4.lon_deg, fk4.lat_deg) == (b1950.ra.deg, b1950.dec.deg)
+    j2010 = centre.transform_to(FK5(equinox="J2010"))
+    fk5 = SkyCircle.around(j2010, 0.1 * u.deg)
+    assert fk5.frame == "fk5 J2010" and (fk5.lon_deg, fk5.lat_deg) == (j2010.ra.deg, j2010.dec.deg)
+    observed = SkyCircle.around(centre.transform_to(FK4(equinox="B1950", obstime="J1990")), 0.1 * u.deg)
+    assert observed.frame == "icrs" and math.isclose(observed.lon_deg, 150.12, abs_tol=1e-9)  # carried to ICRS
     with pytest.raises(ConfigError, match="give an angle with a unit"):
         SkyCircle.around(centre, 0.1)
     band = SpectralRange.between(1500 * u.km / u.s, 1200 * u.km / u.s, "optical", rest=1420.405752 * u.MHz)
@@ -188,7 +225,9 @@ def test_regions_from_skycoord_and_quantities():
 
 lons = st.floats(0, 359.999, allow_nan=False)
 lats = st.floats(-89.9, 89.9)
-frames = st.sampled_from(["icrs", "fk5", "galactic"])
+frames = st.one_of(st.sampled_from(["icrs", "fk5", "fk4", "galactic"]),
+                   st.builds("fk5 J{:.6f}".format, st.floats(1950, 2050)),
+                   st.builds("fk4 B{:.6f}".format, st.floats(1900, 2000)))
 
 
 @st.composite

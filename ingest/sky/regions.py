@@ -1,7 +1,9 @@
 """Regions in world coordinates: what an astronomer asks for, before any pixel is known.
 
-Spatial regions (`SkyCircle`, `SkyRange`, `SkyPolygon`) carry degrees in one celestial frame
-(ICRS, FK5 J2000 or Galactic); spectral ones carry a band in frequency, wavelength or velocity
+Spatial regions (`SkyCircle`, `SkyRange`, `SkyPolygon`) carry degrees in one celestial frame,
+named by a string (`normalize_frame`): "icrs", "galactic", "fk5" (FK5 J2000), "fk4" (FK4 B1950),
+or either of the last two at another equinox, "fk5 J2010", "fk4 B1900" (FK4's obstime is its
+equinox, astropy's default); spectral ones carry a band in frequency, wavelength or velocity
 (`SpectralRange`) or 0-based channels (`ChannelRange`; both defined in `ingest.sky.bands` and
 re-exported here, with `parse_band` and `parse_channels`). They are frozen dataclasses of plain
 floats and strings, so they pickle and broadcast over MPI unchanged; `ingest.sky.pixels`
@@ -10,14 +12,19 @@ turns them into pixel boxes with a cube's header.
 The text forms (`parse_pos`, `parse_band`, `parse_channels`) accept IVOA SODA's syntax and a
 readable one with units. The rule for bare numbers: in SODA's form every value is a bare number
 and means degrees (POS) or vacuum wavelength in metres (BAND); a single unit word after the
-numbers applies to all of them (`CIRCLE icrs 150.12 -30.25 0.04 deg`, what `describe()` writes,
-so a description parses back to the same region). Otherwise every value needs its own unit or
-sexagesimal form (`10h00m28.8s`, `-30d15m00s`, `10:00:28.8` which is hours for an equatorial
-longitude and degrees elsewhere): a bare number beside values with units is refused, because
-"10" next to "10h02m" could mean hours or degrees.
+numbers applies to all of them (BAND: `1417.0 1418.5 MHz`; POS: `deg` only, what `describe()`
+writes, `CIRCLE icrs 150.12 -30.25 0.04 deg`, so a description parses back to the same region:
+another unit there, `150.1 -30.2 2.4 arcmin`, could as well be the last value's own, and is
+refused). Otherwise every value needs its own unit or sexagesimal form (`10h00m28.8s`,
+`-30d15m00s`, `10:00:28.8` which is hours for an equatorial longitude and degrees elsewhere), a
+unit word after a number being that number's own unit as astropy writes a quantity
+(`150.1 deg -30.2 deg 2.4 arcmin`): a bare number beside values with units is refused, because
+"10" next to "10h02m" could mean hours or degrees. A frame word may follow the shape, and an
+equinox may follow fk5 or fk4 (`circle fk5 J2010 150.1deg -30.2deg 1arcmin`).
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import asdict, dataclass
@@ -31,22 +38,84 @@ from ingest.sky.bands import (CONVENTIONS, KINDS, ChannelRange, SpectralRange, b
                               parse_band, parse_channels, rest_frequency_hz)
 
 __all__ = ["FRAMES", "KINDS", "CONVENTIONS", "SkyCircle", "SkyRange", "SkyPolygon", "SpectralRange",
-           "ChannelRange", "SkyRegion", "SpectralRegion", "normalize_frame", "parse_pos", "parse_band",
-           "parse_channels", "rest_frequency_hz"]
+           "ChannelRange", "SkyRegion", "SpectralRegion", "normalize_frame", "frame_equinox", "frame_of",
+           "parse_pos", "parse_band", "parse_channels", "rest_frequency_hz"]
 
-FRAMES = ("icrs", "fk5", "galactic")  # fk5 means FK5 at equinox J2000
-_FRAME_ALIASES = {"icrs": "icrs", "fk5": "fk5", "j2000": "fk5", "galactic": "galactic", "gal": "galactic"}
+FRAMES = ("icrs", "fk5", "fk4", "galactic")  # fk5 alone is J2000, fk4 alone B1950; either may name an equinox
+_FRAME_ALIASES = {"icrs": "icrs", "fk5": "fk5", "j2000": "fk5", "fk4": "fk4", "b1950": "fk4",
+                  "galactic": "galactic", "gal": "galactic"}
+# frame -> (the letter of its equinox's year: Julian or Besselian, the equinox it means unnamed)
+_EQUINOXES = {"fk5": ("J", 2000.0), "fk4": ("B", 1950.0)}
+_EQUINOX = re.compile(r"([JB])(\d+(?:\.\d*)?)", re.IGNORECASE)
+EQUINOX_YEARS = (1000.0, 3000.0)  # an equinox outside is a typo, not a frame (ERFA's models end too)
+EQUINOX_DECIMALS = 9  # an equinox is kept to 1e-9 year: precession moves a star 5e-8 arcsec in that
 _COLON_SEXAGESIMAL = re.compile(r"^[+-]?\d+(\.\d*)?:\d+(\.\d*)?(:\d+(\.\d*)?)?$")
 
 
 def normalize_frame(name: str) -> str:
-    """'ICRS' -> 'icrs', 'FK5' or 'J2000' -> 'fk5', 'Galactic' or 'gal' -> 'galactic' (any case);
-    anything else is a ConfigError naming it and the accepted frames."""
-    key = str(name).strip().lower()
-    if key not in _FRAME_ALIASES:
-        raise ConfigError(f"sky frame {name!r} is not supported: use one of {', '.join(FRAMES)} "
-                          f"(fk5 means FK5 J2000)")
-    return _FRAME_ALIASES[key]
+    """A frame's one name: 'ICRS' -> 'icrs', 'FK5', 'FK5 J2000' or 'J2000' -> 'fk5', 'fk5 j2010.50' ->
+    'fk5 J2010.5', 'FK4', 'fk4 B1950' or 'B1950' -> 'fk4', 'fk4 B1900' -> 'fk4 B1900', 'Galactic' or
+    'gal' -> 'galactic' (any case). An equinox in the other year (fk5 B1950) is converted to the
+    frame's own (Julian for FK5, Besselian for FK4). Anything else is a ConfigError naming it."""
+    return _normal_frame(" ".join(str(name).split()))
+
+
+@functools.lru_cache(maxsize=256)
+def _normal_frame(key: str) -> str:
+    words = key.split()
+    base = _FRAME_ALIASES.get(words[0].lower()) if words else None
+    if base is None or len(words) > 2:
+        raise ConfigError(f"sky frame {key!r} is not supported: use one of {', '.join(FRAMES)}, fk5 or fk4 "
+                          f"with an equinox (fk5 J2010, fk4 B1900); fk5 alone means J2000, fk4 alone B1950")
+    if len(words) == 1:
+        return base
+    if base not in _EQUINOXES or words[0].lower() in ("j2000", "b1950"):
+        raise ConfigError(f"sky frame {key!r}: only fk5 and fk4 take an equinox ({words[1]!r} follows {words[0]!r})")
+    match = _EQUINOX.fullmatch(words[1])
+    if match is None:
+        raise ConfigError(f"sky frame {key!r}: {words[1]!r} is not an equinox; write a Julian or Besselian "
+                          f"year, e.g. {base} J2010 or {base} B1950")
+    letter, year = match.group(1).upper(), float(match.group(2))
+    if not EQUINOX_YEARS[0] <= year <= EQUINOX_YEARS[1]:
+        raise ConfigError(f"sky frame {key!r}: equinox year {number_text(year)} is outside "
+                          f"{EQUINOX_YEARS[0]:.0f}..{EQUINOX_YEARS[1]:.0f}")
+    if letter != _EQUINOXES[base][0]:
+        from astropy.time import Time
+
+        epoch = Time(year, format="jyear" if letter == "J" else "byear")
+        year = float(epoch.byear if letter == "J" else epoch.jyear)
+    return _frame_name(base, year)
+
+
+def _frame_name(base: str, year: float) -> str:
+    """'fk5' or 'fk5 J2010.5' for FK5 at Julian year `year` (FK4 likewise, Besselian)."""
+    letter, default = _EQUINOXES[base]
+    year = round(float(year), EQUINOX_DECIMALS)
+    return base if year == default else f"{base} {letter}{number_text(year)}"
+
+
+def frame_equinox(name: str) -> tuple[str, float | None]:
+    """(frame, equinox year) of a frame name: ('fk5', 2010.0) for 'fk5 J2010' (Julian for FK5,
+    Besselian for FK4; 2000 and 1950 when unnamed), (name, None) for ICRS and Galactic."""
+    name = normalize_frame(name)
+    base, _, equinox = name.partition(" ")
+    if base not in _EQUINOXES:
+        return base, None
+    return base, float(equinox[1:]) if equinox else _EQUINOXES[base][1]
+
+
+def frame_of(frame) -> str | None:
+    """The frame name that says an astropy celestial frame exactly (its class and every attribute:
+    an FK5's equinox, an FK4's equinox when its obstime is that equinox, astropy's default), or
+    None when no name does (an FK4 observed at another epoch, ecliptic, GCRS, ...)."""
+    name = frame.name
+    if name in ("icrs", "galactic"):
+        return name
+    if name == "fk5" and frame.equinox.isscalar:
+        return _frame_name("fk5", frame.equinox.jyear)
+    if name == "fk4" and frame.equinox.isscalar and frame.obstime.isscalar and frame.obstime == frame.equinox:
+        return _frame_name("fk4", frame.equinox.byear)
+    return None
 
 
 def _check_lat(lat_deg: float, what: str) -> None:
@@ -76,8 +145,11 @@ class SkyCircle:
 
     @classmethod
     def around(cls, center, radius) -> SkyCircle:
-        """From an astropy SkyCoord and an angle (Quantity or Angle). A centre in a frame other
-        than ICRS, FK5 J2000 or Galactic is carried to ICRS (a point converts exactly)."""
+        """From an astropy SkyCoord and an angle (Quantity or Angle). The centre keeps its own frame
+        (ICRS, Galactic, FK5 or FK4 at its equinox); a frame no name says exactly (FK4 observed at
+        another epoch, ecliptic, ...) is carried to ICRS with all its attributes (a point converts
+        exactly; the radius is then measured in ICRS, which differs from that frame's own measure
+        by under 2e-6 of it, FK4's E-terms, where the frame is not a rotation of ICRS)."""
         frame, lon, lat = _skycoord_deg(center)
         if not isinstance(radius, u.Quantity) or not radius.unit.is_equivalent(u.deg):
             raise ConfigError(f"circle radius {radius!r}: give an angle with a unit, e.g. 5 * u.arcmin")
@@ -213,15 +285,21 @@ SpectralRegion = SpectralRange | ChannelRange
 
 
 def _skycoord_deg(center) -> tuple[str, float, float]:
-    """(frame, lon_deg, lat_deg) of a SkyCoord, in its own frame when ingest accepts it."""
-    from astropy.coordinates import FK5, ICRS, SkyCoord
+    """(frame name, lon_deg, lat_deg) of a SkyCoord: in its own frame when a frame name says that
+    frame exactly (frame_of), else carried to ICRS by astropy with every attribute the SkyCoord
+    carries (a point converts exactly).
+
+    Never transform to a default-made frame here: SkyCoord.transform_to(FK5()) keeps the
+    SkyCoord's own equinox (its attributes fill the target's unset ones), so an FK5 J2010
+    position would stay J2010 while being read as J2000."""
+    from astropy.coordinates import ICRS, SkyCoord
 
     if not isinstance(center, SkyCoord):
         raise ConfigError(f"sky position {center!r}: expected an astropy SkyCoord")
-    name = center.frame.name
-    if name == "fk5" and center.frame.equinox != FK5().equinox:
-        center, name = center.transform_to(FK5()), "fk5"
-    elif name not in FRAMES:
+    if not center.isscalar:
+        raise ConfigError(f"sky position {center!r}: expected one position, got {center.shape} of them")
+    name = frame_of(center.frame)
+    if name is None:
         center, name = center.transform_to(ICRS()), "icrs"
     spherical = center.spherical
     return name, float(spherical.lon.deg), float(spherical.lat.deg)
@@ -245,8 +323,34 @@ def _angle_unit_word(token: str):
     return unit if unit.is_equivalent(u.deg) else None
 
 
+def _quantities(values: list[str], text: str) -> list[str]:
+    """The values with each unit word joined to the bare number before it ('2.4', 'arcmin' ->
+    '2.4 arcmin'), a quantity as astropy writes one; a unit word after anything else is refused."""
+    joined: list[str] = []
+    for token in values:
+        if not _is_word(token):
+            joined.append(token)
+        elif _angle_unit_word(token) is None:
+            raise ConfigError(f"position {text!r}: {token!r} is not an angle unit (deg, arcmin, arcsec)")
+        elif not joined or bare_number(joined[-1]) is None:
+            after = f"follows {joined[-1]!r}, which is not a bare number" if joined else "comes before any number"
+            raise ConfigError(f"position {text!r}: the unit word {token!r} {after}; write each angle once, "
+                              f"e.g. 2.4arcmin or 2.4 arcmin")
+        else:
+            joined[-1] = f"{joined[-1]} {token}"
+    return joined
+
+
 def _readable_angle(token: str, role: str, equatorial: bool, text: str) -> float:
     """One angle with a unit or in sexagesimal, in degrees; role is longitude, latitude or radius."""
+    if " " in token:  # a number and its unit word (_quantities)
+        number, word = token.split()
+        value, unit = float(number), _angle_unit_word(word)
+        if not math.isfinite(value):
+            raise ConfigError(f"position {text!r}: {token!r} is infinite; an open RANGE side is a bare -Inf or +Inf")
+        if unit == u.hourangle and role != "longitude":
+            raise ConfigError(f"position {text!r}: {token!r} is in hours, which only a longitude may be")
+        return value * float(unit.to(u.deg))
     if _COLON_SEXAGESIMAL.match(token):
         hours = role == "longitude" and equatorial
         return Angle(token, unit=u.hourangle if hours else u.deg).to_value(u.deg)
@@ -265,24 +369,33 @@ def _readable_angle(token: str, role: str, equatorial: bool, text: str) -> float
 def parse_pos(text: str, frame: str = "icrs") -> SkyCircle | SkyRange | SkyPolygon:
     """'CIRCLE 150.12 -30.25 0.04', 'RANGE 150 150.3 -30.4 -30.1', 'POLYGON lon lat ...' (SODA,
     degrees, -Inf/+Inf for an open RANGE side) or the readable form with units, e.g.
-    'circle galactic 263.5deg 20.1deg 3arcmin'; a frame word after the shape overrides frame."""
+    'circle galactic 263.5deg 20.1deg 3arcmin' or 'circle 150.1 deg -30.2 deg 2.4 arcmin'; a frame
+    word after the shape, with an equinox for fk5 or fk4 ('circle fk5 J2010 ...'), overrides frame."""
     tokens = str(text).replace(",", " ").split()
     if not tokens or tokens[0].lower() not in _SHAPES:
         raise ConfigError(f"position {text!r}: expected CIRCLE, RANGE or POLYGON followed by numbers, "
                           f"e.g. 'CIRCLE 150.12 -30.25 0.04'")
     shape, values = tokens[0].lower(), tokens[1:]
-    if values and _is_word(values[0]) and _angle_unit_word(values[0]) is None:
-        frame, values = values[0], values[1:]
+    frame_words = []  # a frame word, and an equinox after it (fk5 J2010)
+    while (values and len(frame_words) < 2 and (_is_word(values[0]) or _EQUINOX.fullmatch(values[0]))
+           and _angle_unit_word(values[0]) is None):
+        frame_words.append(values.pop(0))
     try:
-        frame = normalize_frame(frame)
+        frame = normalize_frame(" ".join(frame_words) if frame_words else frame)
     except ConfigError as exc:
         raise ConfigError(f"position {text!r}: {exc}") from None
-    unit = unit_word = None
-    if values and _is_word(values[-1]):
-        unit_word, values = values[-1], values[:-1]
+    unit = None
+    if values and _is_word(values[-1]) and all(bare_number(v) is not None for v in values[:-1]):
+        unit_word, values = values[-1], values[:-1]  # SODA's numbers and one unit word for them all
         unit = _angle_unit_word(unit_word)
         if unit is None:
             raise ConfigError(f"position {text!r}: {unit_word!r} is not an angle unit (deg, arcmin, arcsec)")
+        if unit != u.deg:  # '150.1 -30.2 2.4 arcmin': the unit of all three, or 2.4's own?
+            raise ConfigError(f"position {text!r}: {unit_word!r} after bare numbers could be the unit of them all "
+                              f"or of the last one only; give each angle its unit (150.1deg -30.2deg 2.4arcmin, "
+                              f"or 150.1 deg -30.2 deg 2.4 arcmin), or all in degrees (SODA)")
+    else:
+        values = _quantities(values, text)
     count = _SHAPES[shape]
     if count is not None and len(values) != count:
         names = "lon lat radius" if shape == "circle" else "lon_min lon_max lat_min lat_max"
@@ -304,9 +417,6 @@ def parse_pos(text: str, frame: str = "icrs") -> SkyCircle | SkyRange | SkyPolyg
         elif number is not None:
             raise ConfigError(f"position {text!r}: {token!r} has no unit; beside values with units every "
                               f"angle needs one (e.g. {token}deg), or give all as bare degrees (SODA)")
-        elif unit is not None:
-            raise ConfigError(f"position {text!r}: {token!r} has its own unit; the unit word {unit_word!r} "
-                              f"after the values is for bare numbers only")
         else:
             degrees.append(_readable_angle(token, role, frame != "galactic", text))
     try:

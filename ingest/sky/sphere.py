@@ -15,7 +15,7 @@ import warnings
 
 import numpy as np
 
-from ingest.sky.regions import SkyCircle, SkyPolygon, SkyRange
+from ingest.sky.regions import SkyCircle, SkyPolygon, SkyRange, frame_equinox
 
 
 def unit_vectors(lon_deg, lat_deg) -> np.ndarray:
@@ -33,15 +33,25 @@ def lon_lat(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def astropy_frame(name: str):
-    """The astropy frame of a regions.FRAMES name."""
-    from astropy.coordinates import FK5, ICRS, Galactic
+    """The astropy frame a region's frame name means (regions.normalize_frame), every attribute
+    set: FK5 at its Julian equinox, FK4 at its Besselian one (obstime: that equinox, astropy's
+    default), ICRS, Galactic. Its inverse is regions.frame_of."""
+    from astropy.coordinates import FK4, FK5, ICRS, Galactic
+    from astropy.time import Time
 
-    return {"icrs": ICRS(), "fk5": FK5(equinox="J2000"), "galactic": Galactic()}[name]
+    base, year = frame_equinox(name)
+    if base == "fk5":
+        return FK5(equinox=Time(year, format="jyear"))
+    if base == "fk4":
+        return FK4(equinox=Time(year, format="byear"))
+    return {"icrs": ICRS(), "galactic": Galactic()}[base]
 
 
 class FrameLink:
-    """Directions between a region's frame and the cube's. ICRS, FK5 and Galactic (and FK5 at
-    any equinox) differ by a fixed rotation, found once from the basis vectors and checked on
+    """Directions between a region's frame and the cube's (astropy_frame; the cube's from
+    wcs_to_celestial_frame), carried frame to frame, never SkyCoord to a default-made frame, so
+    neither side borrows the other's equinox or obstime. ICRS, FK5 at any equinox and
+    Galactic differ by a fixed rotation, found once from the basis vectors and checked on
     sample directions; any other pair (FK4's E-terms, say) goes through SkyCoord point by point,
     slower but exact."""
 
