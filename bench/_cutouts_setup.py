@@ -68,8 +68,9 @@ def cube_header(cube: common.Cube):
 
 
 def write_catalogue(path: str, cube: common.Cube, n_sources: int, seed: int) -> str:
-    """A CSV `name,ra,dec,freq` (deg, deg, Hz) of n_sources whose centres are uniform over the cube's
-    voxels (so some cut-outs at the edges are clipped, as in a survey)."""
+    """A CSV `name,ra,dec,freq` of n_sources whose centres are uniform over the cube's voxels (so
+    some cut-outs at the edges are clipped, as in a survey), with an ECSV header stating the units
+    (deg, deg, Hz): ingest reads no spectral column without its unit."""
     from astropy.wcs import WCS
 
     nz, ny, nx = cube.shape
@@ -77,7 +78,10 @@ def write_catalogue(path: str, cube: common.Cube, n_sources: int, seed: int) -> 
     pix = np.column_stack([rng.uniform(-0.5, n - 0.5, n_sources) for n in (nx, ny, nz)])
     world = WCS(cube_header(cube)).wcs_pix2world(pix, 0)
     with open(path, "w", newline="") as fh:
-        out = csv.writer(fh)
+        fh.write("# %ECSV 1.0\n# ---\n# delimiter: ','\n# datatype:\n# - {name: name, datatype: string}\n"
+                 "# - {name: ra, unit: deg, datatype: float64}\n# - {name: dec, unit: deg, datatype: float64}\n"
+                 "# - {name: freq, unit: Hz, datatype: float64}\n# schema: astropy-2.0\n")
+        out = csv.writer(fh, lineterminator="\n")
         out.writerow(["name", "ra", "dec", "freq"])
         for i, (ra, dec, freq) in enumerate(world):
             out.writerow([f"WALLABY_like_{i:05d}", f"{ra:.9f}", f"{dec:.9f}", f"{freq:.3f}"])

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ingest.errors import ConfigError
+from ingest.sky.bands import SpectralRange, parse_band
 from ingest.sky.catalogue import read_catalogue
 from ingest.sky.sofia_files import read_par_settings
 from ingest.sky.sources import (BoundingBox, ColumnSize, FixedSize, cutout_requests, file_stems, parse_size,
@@ -101,14 +102,13 @@ def reference_table():
 def test_astropy_formats_read_to_the_same_sources(tmp_path, extension):
     xml, table = reference_table()
     path = tmp_path / f"cat.{extension}"
-    if extension == "csv":  # CSV carries no units: the frequency is then in the default, Hz
-        table["freq"] = table["freq"].to(u.Hz)
+    if extension == "csv":  # CSV carries no units: the frequency's is given
         table.write(path, format="ascii.csv")
     else:
         table.write(path, format={"vot": "votable"}.get(extension, None))
-    cat = read_catalogue(path)
+    cat = read_catalogue(path, units={"freq": "MHz"} if extension == "csv" else None)
     assert len(cat) == len(xml)
-    assert cat.origin("freq").unit_from == ("default" if extension == "csv" else "table")
+    assert cat.origin("freq").unit_from == ("units= override" if extension == "csv" else "table")
     for a, b in zip(cat, xml):
         assert (a.name, a.bbox) == (b.name, b.bbox)
         assert a.lon_deg == pytest.approx(b.lon_deg, abs=1e-12) and a.lat_deg == pytest.approx(b.lat_deg, abs=1e-12)
@@ -148,6 +148,62 @@ def test_sexagesimal_columns(tmp_path):
     assert b.lon_deg == pytest.approx(150.027958333, abs=1e-9) and b.lat_deg == pytest.approx(-30.036333333, abs=1e-9)
     assert (c.lon_deg, c.lat_deg) == (150.12, -30.25)  # a plain number is in degrees
     assert d.lon_deg is None and d.problem("sky") == "ra = '25:99:xx' is not an angle"
+
+
+@pytest.mark.parametrize("lon, lat, frame", [
+    ("RAJ2000", "DEJ2000", "fk5"), ("_RAJ2000", "_DEJ2000", "fk5"), ("RA_ICRS", "DE_ICRS", "icrs"),
+    ("RAdeg", "DEdeg", "icrs"), ("ra_deg", "dec_deg", "icrs"), ("GLON", "GLAT", "galactic"),
+    ("_Glon", "_Glat", "galactic"),
+])
+def test_vizier_and_cds_columns_are_usual_names_with_their_frame(tmp_path, lon, lat, frame):
+    path = write_csv(tmp_path / "vizier.csv", f"Name,{lon},{lat}\nNGC 3109,150.78,-26.16\n")
+    cat = read_catalogue(path)
+    (source,) = cat.sources
+    assert (cat.frame, source.lon_deg, source.lat_deg) == (frame, 150.78, -26.16)
+    assert (cat.origin("lon").column, cat.origin("lat").column) == (lon, lat)
+    assert cat.origin("lon").matched_by == "usual name"
+    # The command line always passes its --frame (default icrs): a frame the names state wins.
+    assert read_catalogue(path, frame="icrs").frame == frame
+    assert cutout_requests(cat, FixedSize(0.1))[0].pos.frame == frame
+
+
+def test_vizier_frames_against_frame_and_overrides(tmp_path):
+    path = write_csv(tmp_path / "v.csv", "Name,RAdeg,DEdeg,RAJ2000,DEJ2000\na,150.1,-30.2,10 00 28.81,-30 15 00.4\n")
+    sexagesimal = read_catalogue(path)  # RAJ2000 comes before RAdeg in SKY_NAMES
+    assert (sexagesimal.origin("ra").column, sexagesimal.frame) == ("RAJ2000", "fk5")
+    degrees = {"ra": "RAdeg", "dec": "DEdeg"}
+    assert read_catalogue(path, columns=degrees).frame == "icrs"  # RAdeg states no frame: frame= decides
+    assert read_catalogue(path, columns=degrees, frame="fk5").frame == "fk5"
+    sexagesimal = read_catalogue(path, columns={"ra": "RAJ2000", "dec": "DEJ2000"})
+    assert sexagesimal.frame == "fk5"  # named by columns=, the name still states the frame
+    assert sexagesimal.sources[0].lon_deg == pytest.approx(Angle("10:00:28.81", u.hourangle).deg, abs=1e-12)
+    assert sexagesimal.origin("ra").matched_by == "columns= override"
+    with pytest.raises(ConfigError, match=r"columns RAJ2000/DE_ICRS name different frames \(fk5, icrs\)"):
+        read_catalogue(write_csv(tmp_path / "m.csv", "Name,RAJ2000,DE_ICRS\na,1,2\n"),
+                       columns={"ra": "RAJ2000", "dec": "DE_ICRS"})
+    with pytest.raises(ConfigError, match=r"columns GLON/GLAT are galactic positions but stand for ra/dec"):
+        read_catalogue(write_csv(tmp_path / "g.csv", "Name,GLON,GLAT\na,1,2\n"), columns={"ra": "GLON", "dec": "GLAT"})
+    with pytest.raises(ConfigError, match=r"columns RAdeg/DEdeg are equatorial but frame='galactic'"):
+        read_catalogue(path, columns=degrees, frame="galactic")
+
+
+@pytest.mark.parametrize("spaced, unspaced", [
+    ("1.4008 GHz 1.4012 GHz", "1.4008GHz 1.4012GHz"),
+    ("1400 km/s 1500 km/s", "1400km/s 1500km/s"),
+    ("1400 km/s 1500 km/s optical rest=1420.405752MHz", "1400km/s 1500km/s optical rest=1420.405752MHz"),
+    ("1.4008GHz 1.4012 GHz", "1.4008GHz 1.4012GHz"),
+    ("21.1 cm 21.2 cm", "21.1cm 21.2cm"),
+])
+def test_bands_spaced_as_astropy_writes_quantities(spaced, unspaced):
+    assert parse_band(spaced) == parse_band(unspaced)
+    quantity = " ".join(str(q) for q in (1.4008 * u.GHz, 1.4012 * u.GHz))  # astropy's own spacing
+    assert parse_band(quantity) == SpectralRange(1.4008, 1.4012, "GHz", "frequency")
+
+
+@pytest.mark.parametrize("text", ["1400 km/s 1500", "1400 1500 km/s 1600", "1400 1500km/s", "1400 GHz 1500 km/s"])
+def test_spaced_bands_still_refuse_a_bare_number_beside_a_unit(text):
+    with pytest.raises(ConfigError, match="band"):
+        parse_band(text)
 
 
 # --- SoFiA-2 regions: where the pixel columns start ----------------------------------------
@@ -211,7 +267,7 @@ BAD_ROWS = ("name,ra,dec,freq,x_min,x_max,y_min,y_max,z_min,z_max\n"
 
 
 def test_bad_rows_become_skipped_sources_with_reasons(tmp_path):
-    cat = read_catalogue(write_csv(tmp_path / "cat.csv", BAD_ROWS))
+    cat = read_catalogue(write_csv(tmp_path / "cat.csv", BAD_ROWS), units={"freq": "Hz"})
     boxes = cutout_requests(cat, BoundingBox(2))
     assert boxes[0].pixel_box_fits == (-1, 7, -1, 7, -1, 7) and boxes[0].skip_reason is None
     assert [r.skip_reason for r in boxes[1:]] == [
@@ -299,9 +355,10 @@ def test_frequency_and_wavelength_half_widths():
 
 def test_velocity_column_keeps_its_convention(tmp_path):
     path = write_csv(tmp_path / "v.csv", "name,ra,dec,v_opt\ngalaxy,150,-30,1500000\n")
-    band = cutout_requests(read_catalogue(path), parse_size("2arcmin 250km/s"))[0].band  # no rest needed
+    in_m_s = read_catalogue(path, units={"v_opt": "m/s"})
+    band = cutout_requests(in_m_s, parse_size("2arcmin 250km/s"))[0].band  # no rest needed
     assert (band.kind, band.convention, band.lo, band.hi, band.rest_hz) == ("velocity", "optical", 1250, 1750, None)
-    freq_band = cutout_requests(read_catalogue(path), FixedSize(0.1, 1, "MHz"), rest_hz=HI_REST_HZ)[0].band
+    freq_band = cutout_requests(in_m_s, FixedSize(0.1, 1, "MHz"), rest_hz=HI_REST_HZ)[0].band
     f0 = (1500 * u.km / u.s).to(u.MHz, equivalencies=u.doppler_optical(HI_REST_HZ * u.Hz)).value
     assert (freq_band.lo + freq_band.hi) / 2 == pytest.approx(f0, rel=1e-12)
 

@@ -145,7 +145,7 @@ def test_sky_catalogue_cutouts_match_brute_force_boxes(s3_server, cube, tmp_path
     catalogue.write_text("name,ra,dec,freq\n" + "".join(f"{n},{r},{d},{f}\n" for n, r, d, f in rows))
     out = tmp_path / "cut"
     proc, _ = mpiexec(2, ["cutouts", "--source", cube["s3"], "--catalogue", catalogue, "--output-dir", out,
-                          "--size", "6arcsec 20km/s", "--no-probe"], child_env(s3_server))
+                          "--size", "6arcsec 20km/s", "--columns", "freq=[Hz]", "--no-probe"], child_env(s3_server))
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     by_name = {e["name"]: e for e in manifest["sources"]}

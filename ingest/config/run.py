@@ -145,9 +145,11 @@ class RunConfig:
                                  "width about the source's frequency or velocity), 'bbox+10' (SoFiA-2's box plus a "
                                  "margin in pixels), or per-source columns 'column:RADIUS,column:HALFWIDTH'",
                             shown_default="bbox+10 where the catalogue has x_min..z_max")
-    columns: str | None = _opt(None, kind="str", commands=CUTOUTS + ("plan",), unit="ROLE=COLUMN,...",
-                               help="cutouts: name catalogue columns whose names are not the usual ones, e.g. "
-                                    "ra=RAJ2000,dec=DEJ2000,name=ID", shown_default="recognised by name")
+    columns: str | None = _opt(None, kind="str", commands=CUTOUTS + ("plan",), unit="ROLE=COLUMN[UNIT],...",
+                               help="cutouts: name catalogue columns whose names are not the usual ones and give "
+                                    "units the file lacks, e.g. name=ID,v_rad=VEL[km/s], or freq=[MHz] for a "
+                                    "unit alone (a spectral column needs one)",
+                               shown_default="recognised by name, units from the file")
     sofia_par: str | None = _opt(None, kind="path", commands=CUTOUTS + ("plan",), unit="path",
                                  help="cutouts: the SoFiA-2 parameter file of a one-region catalogue: its input.region "
                                       "places the pixel columns in the full cube, as SoFiA-X does",

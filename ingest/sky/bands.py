@@ -4,8 +4,10 @@
 pickle and broadcast over MPI unchanged); `parse_band` and `parse_channels` read them from
 IVOA SODA's syntax (BAND: two bare numbers, vacuum wavelength in metres, -Inf/+Inf for an open
 side; CHANNEL: two 0-based inclusive channels) or from values with units ('1.4170GHz 1.4185GHz',
-'1417.0 1418.5 MHz', '1200km/s 1500km/s optical'). `ingest.sky.regions` re-exports all of it
-beside the sky regions; `ingest.sky.spectral` turns a band into channels with a cube's header.
+'1.4170 GHz 1.4185 GHz' as astropy writes quantities, '1417.0 1418.5 MHz', '1200km/s 1500km/s
+optical'). `ingest.sky.regions` re-exports all of it beside the sky regions;
+`ingest.sky.spectral` turns a band into channels with a cube's header. Numbers in messages for
+people are written by `readable`; text that must parse back to the same floats by `number_text`.
 """
 from __future__ import annotations
 
@@ -27,6 +29,37 @@ def number_text(value: float) -> str:
     """Shortest text that reads back as the same float ('150.12', '150', '-inf')."""
     text = repr(float(value))
     return text[:-2] if text.endswith(".0") else text
+
+
+_PEOPLES_UNITS = {"Hz": ((1e9, "GHz"), (1e6, "MHz"), (1e3, "kHz")), "m/s": ((1e3, "km/s"),)}
+READABLE_DIGITS = 10  # significant digits: float tails (1e-16 relative) go, a person's value stays
+DEG_DECIMALS = 6  # 1e-6 deg is 3.6 mas, finer than any cube's pixel
+
+
+def readable(values, unit: str = "", joiner: str = "..") -> str:
+    """Numbers in a message for people, all in one unit: degrees to 1e-6 deg, Hz as GHz, MHz or kHz
+    and m/s as km/s (chosen by the largest value), anything else to 10 significant digits; so
+    159.17499999999998 deg is '159.175 deg' and 1417300000.0000002 Hz is '1.4173 GHz'. Several
+    values are joined by `joiner` ('1417.3..1417.6 MHz'). Not for text that must parse back to
+    the same float (`describe()` uses number_text)."""
+    values = [float(v) for v in (values if isinstance(values, (list, tuple)) else [values])]
+    finite = [abs(v) for v in values if math.isfinite(v)]
+    scale = 1.0
+    for factor, name in _PEOPLES_UNITS.get(unit, ()):
+        if finite and max(finite) >= factor:
+            scale, unit = factor, name
+            break
+    texts = []
+    for value in values:
+        value /= scale
+        if not math.isfinite(value):
+            text = str(value)
+        elif unit == "deg":
+            text = f"{value:.{DEG_DECIMALS}f}".rstrip("0").rstrip(".")
+        else:
+            text = f"{value:.{READABLE_DIGITS}g}"
+        texts.append("0" if text == "-0" else text)
+    return joiner.join(texts) + (f" {unit}" if unit else "")
 
 
 def bare_number(token: str) -> float | None:
@@ -57,7 +90,7 @@ class SpectralRange:
 
     def __post_init__(self):
         lo, hi = sorted((float(self.lo), float(self.hi)))
-        what = f"band {number_text(lo)} {number_text(hi)} {self.unit}"
+        what = f"band {readable([lo, hi], str(self.unit), ' ')}"
         if math.isnan(lo) or math.isnan(hi):
             raise ConfigError(f"{what}: a value is not a number")
         unit_text, kind, c_in_unit = _band_unit(str(self.unit), what)
@@ -187,8 +220,9 @@ def _rest_hz(rest) -> float | None:
 
 def parse_band(text: str, convention: str = "radio", rest=None) -> SpectralRange:
     """SODA's BAND ('0.2112 0.2114': vacuum wavelength in metres, -Inf/+Inf for an open side) or
-    two values with units ('1.4170GHz 1.4185GHz', '1417.0 1418.5 MHz', '21.1cm 21.2cm',
-    '1200km/s 1500km/s optical'). A trailing radio|optical|relativistic word overrides
+    two values with units ('1.4170GHz 1.4185GHz', '1.4170 GHz 1.4185 GHz' as astropy writes them,
+    '1417.0 1418.5 MHz', '21.1cm 21.2cm', '1200km/s 1500km/s optical'). A bare number beside a
+    value with a unit ('1400 1500km/s') is refused: it could be in either unit. A trailing radio|optical|relativistic word overrides
     convention; 'rest=1420.405752MHz' (or rest) gives the rest frequency for velocities."""
     tokens = str(text).replace(",", " ").split()
     if tokens and tokens[0].lower() == "band":
@@ -199,6 +233,7 @@ def parse_band(text: str, convention: str = "radio", rest=None) -> SpectralRange
         rest = rest_tokens[-1].split("=", 1)[1]
     if tokens and tokens[-1].lower() in CONVENTIONS:
         convention, tokens = tokens[-1].lower(), tokens[:-1]
+    tokens = _units_joined(tokens)
     unit_word = None
     if len(tokens) == 3:
         unit_word, tokens = tokens[2], tokens[:2]
@@ -231,6 +266,32 @@ def parse_band(text: str, convention: str = "radio", rest=None) -> SpectralRange
     except ConfigError as exc:
         message = str(exc)
         raise ConfigError(message if message.startswith(f"band {text!r}") else f"band {text!r}: {message}") from None
+
+
+def _is_unit_word(token: str) -> bool:
+    """A unit alone ('GHz', 'km/s'); not a number, nor a number with its unit ('1500km/s')."""
+    if not token[:1].isalpha() or bare_number(token) is not None:  # 'inf' is a number
+        return False
+    try:
+        u.Unit(token)
+    except ValueError:
+        return False
+    return True
+
+
+def _units_joined(tokens: list[str]) -> list[str]:
+    """Values as astropy writes quantities ('1.4008 GHz 1.4012 GHz': each number then its unit)
+    joined into one token each. Two bare numbers and one unit after them ('1417.0 1418.5 MHz') are
+    left as they are, and a bare number left beside a value with a unit stays bare, to be refused."""
+    if len(tokens) == 3 and all(bare_number(t) is not None for t in tokens[:2]):
+        return tokens
+    out = []
+    for token in tokens:
+        if out and bare_number(out[-1]) is not None and _is_unit_word(token):
+            out[-1] = f"{out[-1]} {token}"
+        else:
+            out.append(token)
+    return out
 
 
 def parse_channels(text: str) -> ChannelRange:

@@ -6,20 +6,28 @@ is read by `ingest.sky.sofia_files`; SoFiA-2's VOTable (`output.writeCatXML`) an
 by astropy.io.votable; CSV, ECSV, FITS tables and the rest by astropy.table.Table.read with the
 format guessed from the extension (`.csv`, `.ecsv`, `.fits`/`.fit`, `.xml`/`.vot`) or given.
 
-Columns are recognised by their usual names, case-insensitively (the names SoFiA-2 writes):
-`name` (else `id`); the sky position `ra`/`dec` (ICRS, or FK5 with frame="fk5"), `l`/`b` or
-`glon`/`glat` (Galactic), `lon`/`lat` (frame given by the caller); the spectral value `freq`,
-`v_rad` (radio), `v_opt` (optical), `v_app` (relativistic: FITS's VELO, the apparent radial
-velocity) or `wavelength`; the pixel position `x`, `y`, `z` and the bounding box `x_min`..`z_max`.
-`columns={"ra": "RAJ2000", ...}` names any of them; `units={"freq": "MHz"}` sets a unit.
+Columns are recognised by their usual names, case-insensitively (the names SoFiA-2 writes, and
+VizieR's and CDS's): `name` (else `id`); the sky position (`SKY_NAMES`, first pair found wins)
+`ra`/`dec`, `RAdeg`/`DEdeg`, `ra_deg`/`dec_deg` (ICRS, or the frame= given), `RA_ICRS`/`DE_ICRS`
+(ICRS), `RAJ2000`/`DEJ2000` and `_RAJ2000`/`_DEJ2000` (FK5 J2000), `l`/`b`, `glon`/`glat` and
+`_Glon`/`_Glat` (Galactic), `lon`/`lat` (frame given by the caller); a frame a column's name states
+wins over frame=, as a frame word in a POS does. The spectral value `freq`, `v_rad` (radio),
+`v_opt` (optical), `v_app` (relativistic: FITS's VELO, the apparent radial velocity) or
+`wavelength`; the pixel position `x`, `y`, `z` and the bounding box `x_min`..`z_max`.
+`columns={"ra": "RA_deg_2", ...}` names any of them (roles: `OVERRIDE_KEYS`); `units={"freq": "MHz"}`
+gives a unit, as does `columns={"freq": "FREQ[MHz]"}` (column and unit) or `{"freq": "[MHz]"}`
+(the unit of the column found by its usual name): the command line's `--columns freq=FREQ[MHz]`.
 
-Units come from the table (SoFiA-2's unit row; VOTable, ECSV and FITS column units), else
-these defaults: deg for angles, Hz for frequency, m/s for velocity, m for wavelength. SoFiA-2
-always writes a unit: CUNIT1/2/3 of the cube, or deg, deg and Hz (FREQ) or m/s (VRAD, VOPT,
-VELO) when the cube has none. RA/Dec may be sexagesimal strings ("10:00:28.81", "10h00m28.81s",
-"-30:15:00.4"): a sexagesimal RA without unit letters is in hours, any other in degrees; a
-plain number in a string column is in the column's unit (deg by default). Values are stored
-as degrees (longitude wrapped into [0, 360)), and Hz, m or m/s.
+Units come from the table (SoFiA-2's unit row; VOTable, ECSV and FITS column units) or are given;
+a frequency, velocity or wavelength column with neither is a ConfigError naming it and how to give
+its unit (4201.33 could be km/s or m/s, and the wrong guess puts every source off the cube). An
+angle column without a unit is in degrees, as astronomers write ra/dec; pixel columns are in
+pixels. SoFiA-2 always writes a unit: CUNIT1/2/3 of the cube, or deg, deg and Hz (FREQ) or m/s
+(VRAD, VOPT, VELO) when the cube has none. A file that starts `# %ECSV` is read as ECSV, with its
+units, whatever its extension. RA/Dec may be sexagesimal strings ("10:00:28.81",
+"10h00m28.81s", "-30:15:00.4"): a sexagesimal RA without unit letters is in hours, any other in
+degrees; a plain number in a string column is in the column's unit (deg by default). Values are
+stored as degrees (longitude wrapped into [0, 360)), and Hz, m or m/s.
 
 Pixels are 0-based, as SoFiA-2 counts them. A SoFiA-2 catalogue of one region has its pixel
 columns relative to the region's `input.region` unless the run set `parameter.offset = true`;
@@ -37,30 +45,52 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ingest.errors import ConfigError
 from ingest.sky import tables
+from ingest.sky.bands import readable
 from ingest.sky.tables import ColumnOrigin
 from ingest.sky.regions import normalize_frame
 from ingest.sky.sofia_files import pixel_offset_of, read_par_settings, region_of
 
 NAME_COLUMNS = ("name", "id")
-SKY_PAIRS = (("ra", "dec", "icrs"), ("l", "b", "galactic"), ("glon", "glat", "galactic"), ("lon", "lat", None))
-# usual name -> (kind, convention, default unit)
+# The sky columns by their usual names: (lon name, lat name, the roles they fill, the frame the
+# names state or None when frame= decides). Searched in this order; the first pair a file has wins.
+SKY_NAMES = (
+    ("ra", "dec", "ra", "dec", None),
+    ("ra_icrs", "de_icrs", "ra", "dec", "icrs"),  # VizieR: ICRS at the catalogue's epoch
+    ("raj2000", "dej2000", "ra", "dec", "fk5"),  # VizieR and CDS: FK5, equinox J2000
+    ("_raj2000", "_dej2000", "ra", "dec", "fk5"),  # VizieR's computed positions: FK5 J2000
+    ("radeg", "dedeg", "ra", "dec", None),  # CDS ReadMe labels
+    ("ra_deg", "dec_deg", "ra", "dec", None),
+    ("l", "b", "l", "b", "galactic"),
+    ("glon", "glat", "glon", "glat", "galactic"),
+    ("_glon", "_glat", "glon", "glat", "galactic"),  # VizieR's computed Galactic positions
+    ("lon", "lat", "lon", "lat", None),
+)
+SKY_ROLES = tuple(dict.fromkeys((row[2], row[3]) for row in SKY_NAMES))  # (ra, dec), (l, b), (glon, glat), (lon, lat)
+_STATED_FRAMES = {name: row[4] for row in SKY_NAMES if row[4] for name in row[:2]}
+_EQUATORIAL_ROLES = ("ra", "dec")
+_GALACTIC_ROLES = ("l", "b", "glon", "glat")
+# usual name -> (kind, convention); a spectral column has no default unit (see the module doc)
 SPECTRAL_COLUMNS = {
-    "freq": ("frequency", None, "Hz"),
-    "v_rad": ("velocity", "radio", "m/s"),
-    "v_opt": ("velocity", "optical", "m/s"),
-    "v_app": ("velocity", "relativistic", "m/s"),
-    "wavelength": ("wavelength", None, "m"),
+    "freq": ("frequency", None),
+    "v_rad": ("velocity", "radio"),
+    "v_opt": ("velocity", "optical"),
+    "v_app": ("velocity", "relativistic"),
+    "wavelength": ("wavelength", None),
 }
 PIXEL_COLUMNS = ("x", "y", "z")
 BBOX_COLUMNS = ("x_min", "x_max", "y_min", "y_max", "z_min", "z_max")
-OVERRIDE_KEYS = ("name", *(c for pair in SKY_PAIRS for c in pair[:2]), *SPECTRAL_COLUMNS, *PIXEL_COLUMNS, *BBOX_COLUMNS)
+OVERRIDE_KEYS = ("name", *(c for pair in SKY_ROLES for c in pair), *SPECTRAL_COLUMNS, *PIXEL_COLUMNS, *BBOX_COLUMNS)
 _SI_UNIT = {"frequency": "Hz", "velocity": "m/s", "wavelength": "m"}
+_EXAMPLE_UNIT = {"frequency": "MHz", "velocity": "km/s", "wavelength": "m"}
+# columns= value "COLUMN[UNIT]" or "[UNIT]"
+_COLUMN_UNIT = re.compile(r"\s*([^\[\]]*?)\s*\[\s*([^\[\]]+?)\s*\]\s*\Z")
 
 
 @dataclass(frozen=True)
@@ -132,9 +162,9 @@ def read_catalogue(path, *, format: str | None = None, columns: dict | None = No
     """Read a catalogue file into a Catalogue (module docstring: formats, columns, units, errors).
 
     `format`: "sofia-ascii", "votable", "csv", "ecsv", "fits" or any astropy format (default:
-    guessed). `columns`/`units`: usual name -> the file's column / its unit. `frame`: "icrs",
-    "fk5" (J2000) or "galactic", for the sky columns (default: ICRS for ra/dec, Galactic for
-    l/b; lon/lat need it). `sofia_par` (a SoFiA-2 parameter file) or
+    guessed). `columns`/`units`: usual name -> the file's column ("COLUMN[UNIT]" or "[UNIT]" give
+    its unit too) / its unit. `frame`: "icrs", "fk5" (J2000) or "galactic", for sky columns whose
+    names do not state one (default: ICRS for ra/dec; lon/lat need it). `sofia_par` (a SoFiA-2 parameter file) or
     `region_offset` (x, y, z pixels): where a SoFiA-2 region's pixel columns start in the cube.
     """
     path = os.fspath(path)
@@ -150,6 +180,28 @@ def read_catalogue(path, *, format: str | None = None, columns: dict | None = No
     return _normalise(path, table, chosen, offset, offset_from)
 
 
+def split_column_units(path, columns: dict, units: dict, names) -> tuple[dict, dict]:
+    """columns= values of the form "COLUMN[UNIT]" (the column and its unit) or "[UNIT]" (the unit
+    of the column found by its usual name) split into (columns, units). A value that is itself
+    one of the file's column names (`names`) is that column, brackets and all."""
+    columns, units = dict(columns), dict(units)
+    have = {n.casefold() for n in names}
+    for key, value in list(columns.items()):
+        match = _COLUMN_UNIT.match(value) if isinstance(value, str) and value.casefold() not in have else None
+        if match is None:
+            continue
+        column, unit = match.groups()
+        if key in units and str(units[key]).strip() != unit:
+            raise ConfigError(f"catalogue {path}: the unit of {key} is given twice, {unit!r} in columns= and "
+                              f"{units[key]!r} in units=; give it once")
+        units[key] = unit
+        if column:
+            columns[key] = column
+        else:
+            del columns[key]
+    return columns, units
+
+
 def _choose_columns(path, table, overrides: dict, unit_overrides: dict, frame):
     """role -> (column, matched_by, sky pair or spectral key); checks overrides against the file."""
     for what, mapping in (("columns", overrides), ("units", unit_overrides)):
@@ -157,6 +209,7 @@ def _choose_columns(path, table, overrides: dict, unit_overrides: dict, frame):
         if unknown:
             raise ConfigError(f"catalogue {path}: {what}= names unknown key(s) {', '.join(map(repr, unknown))}; "
                               f"known: {', '.join(OVERRIDE_KEYS)}")
+    overrides, unit_overrides = split_column_units(path, overrides, unit_overrides, table.names)
     by_fold = {}
     for name in table.names:
         by_fold.setdefault(name.casefold(), name)
@@ -165,25 +218,22 @@ def _choose_columns(path, table, overrides: dict, unit_overrides: dict, frame):
             raise ConfigError(f"catalogue {path}: columns={{{key!r}: {column!r}}} names a column the file lacks; "
                               f"it has columns: {', '.join(table.names)}")
 
-    def pick(key):
+    def pick(key, usual=None):
         if key in overrides:
             return by_fold[overrides[key].casefold()], "columns= override"
-        return (by_fold[key], "usual name") if key in by_fold else None
+        usual = usual or key
+        return (by_fold[usual], "usual name") if usual in by_fold else None
 
     chosen = {"units": unit_overrides}
     for key in NAME_COLUMNS:  # "id" only by its usual name: columns={"name": ...} names any column
         if pick(key):
             chosen["name"], chosen["name_key"] = pick(key), key
             break
-    pairs = sorted(SKY_PAIRS, key=lambda p: not (p[0] in overrides or p[1] in overrides))
-    for lon_key, lat_key, pair_frame in pairs:
-        lon, lat = pick(lon_key), pick(lat_key)
+    rows = sorted(SKY_NAMES, key=lambda row: not (row[2] in overrides or row[3] in overrides))
+    for lon_name, lat_name, lon_key, lat_key, _ in rows:
+        lon, lat = pick(lon_key, lon_name), pick(lat_key, lat_name)
         if lon and lat:
-            if pair_frame == "galactic" and frame not in (None, "galactic"):
-                raise ConfigError(f"catalogue {path}: columns {lon[0]}/{lat[0]} are Galactic but frame={frame!r}")
-            if pair_frame == "icrs" and frame == "galactic":
-                raise ConfigError(f"catalogue {path}: columns {lon[0]}/{lat[0]} are equatorial but frame='galactic'")
-            chosen["sky"] = (lon_key, lat_key, frame or pair_frame)
+            chosen["sky"] = (lon_key, lat_key, _sky_frame(path, lon[0], lat[0], lon_key, frame))
             chosen["lon"], chosen["lat"] = lon, lat
             break
     spectral_keys = sorted(SPECTRAL_COLUMNS, key=lambda k: k not in overrides)
@@ -195,6 +245,31 @@ def _choose_columns(path, table, overrides: dict, unit_overrides: dict, frame):
         if pick(key):
             chosen[key] = pick(key)
     return chosen
+
+
+def _sky_frame(path, lon_column: str, lat_column: str, lon_key: str, frame) -> str | None:
+    """The frame of the sky columns: the one their names state (RAJ2000: FK5 J2000, RA_ICRS: ICRS,
+    l/b, GLON/GLAT: Galactic), which wins over frame= as a frame word in a POS does; else frame=;
+    else ICRS for ra/dec; lon/lat without frame= have none."""
+    stated = {_STATED_FRAMES.get(c.casefold()) for c in (lon_column, lat_column)} - {None}
+    columns = f"columns {lon_column}/{lat_column}"
+    if len(stated) > 1:
+        raise ConfigError(f"catalogue {path}: {columns} name different frames ({', '.join(sorted(stated))}); "
+                          "name a matching pair with --columns ra=...,dec=...")
+    galactic = lon_key in _GALACTIC_ROLES
+    if stated:
+        (named,) = stated
+        if galactic != (named == "galactic"):
+            raise ConfigError(f"catalogue {path}: {columns} are {named} positions but stand for "
+                              f"{'l/b' if galactic else 'ra/dec'}; name the right roles with --columns")
+        return named
+    if galactic:
+        return "galactic"
+    if lon_key in _EQUATORIAL_ROLES and frame == "galactic":
+        raise ConfigError(f"catalogue {path}: {columns} are equatorial but frame='galactic'")
+    if lon_key in _EQUATORIAL_ROLES:
+        return frame or "icrs"
+    return frame
 
 
 def _pixel_offset(path, params: dict, sofia_par, region_offset) -> tuple[tuple[int, int, int], str]:
@@ -268,7 +343,7 @@ def _normalise(path, table, chosen, offset, offset_from) -> Catalogue:
             row=i, name=names[i], lon_deg=good("sky", lon), lat_deg=good("sky", lat),
             spectral=good("spectral", spectral), x=good("pixel", pixels.get("x")), y=good("pixel", pixels.get("y")),
             z=good("pixel", pixels.get("z")), bbox=box, problems=tuple(problems[i])))
-    kind, convention, _ = SPECTRAL_COLUMNS.get(chosen.get("spectral_key"), (None, None, None))
+    kind, convention = SPECTRAL_COLUMNS.get(chosen.get("spectral_key"), (None, None))
     return Catalogue(
         path=path, format=table.format, sources=tuple(sources), columns=table.names, origins=tuple(origins),
         frame=chosen["sky"][2] if "sky" in chosen else None, spectral_kind=kind, spectral_convention=convention,
@@ -283,11 +358,11 @@ def _sky(path, table, chosen, origins, note):
     lon_key, lat_key, _ = chosen["sky"]
     units = chosen["units"]
     lon, lon_origin, lon_bad = tables.angle_values(path, table, *chosen["lon"], lon_key, units, role="lon",
-                                                   hours=lon_key == "ra")
+                                                   hours=lon_key in _EQUATORIAL_ROLES)
     lat, lat_origin, lat_bad = tables.angle_values(path, table, *chosen["lat"], lat_key, units, role="lat",
                                                    hours=False)
     origins += [lon_origin, lat_origin]
-    outside = [f"{lat_origin.column} = {v:g} deg is outside -90..90" if not bad and abs(v) > 90 else None
+    outside = [f"{lat_origin.column} = {readable(v, 'deg')} is outside -90..90" if not bad and abs(v) > 90 else None
                for v, bad in zip(lat, lat_bad)]
     note("sky", [a or b or c for a, b, c in zip(lon_bad, lat_bad, outside)])
     return np.mod(lon, 360.0), lat
@@ -298,13 +373,18 @@ def _spectral(path, table, chosen, origins, note):
     if "spectral" not in chosen:
         return None
     key = chosen["spectral_key"]
-    kind, _, default_unit = SPECTRAL_COLUMNS[key]
+    kind, _ = SPECTRAL_COLUMNS[key]
     si_unit = _SI_UNIT[kind]
+    column = chosen["spectral"][0]
+    if key not in chosen["units"] and not (table.units[table.index(column)] or "").strip():
+        example = _EXAMPLE_UNIT[kind]
+        raise ConfigError(f"catalogue {path}: column {column} (a {kind}) has no unit; say which, e.g. with "
+                          f"--columns {key}={column}[{example}] (or units={{{key!r}: {example!r}}} from Python)")
     values, origin, bad = tables.quantity_values(path, table, *chosen["spectral"], key, chosen["units"],
-                                                 default_unit, si_unit, f"a {kind}")
+                                                 si_unit, f"a {kind}")
     origins.append(origin)
     if kind != "velocity":
-        bad = [b or (f"{origin.column} = {v:g} {si_unit} is not positive" if v <= 0 else None)
+        bad = [b or (f"{origin.column} = {readable(v, si_unit)} is not positive" if v <= 0 else None)
                for v, b in zip(values, bad)]
     note("spectral", bad)
     return values
@@ -336,9 +416,9 @@ def _bbox_problems(bbox) -> list[str | None]:
             for j, axis in enumerate("xyz"):
                 lo, hi = values[2 * j], values[2 * j + 1]
                 if lo < 0:
-                    reason = f"negative bounding box: {axis}_min = {lo:g} in the cube"
+                    reason = f"negative bounding box: {axis}_min = {readable(lo)} in the cube"
                 elif hi < lo:
-                    reason = f"inverted bounding box: {axis}_min = {lo:g} > {axis}_max = {hi:g}"
+                    reason = f"inverted bounding box: {axis}_min = {readable(lo)} > {axis}_max = {readable(hi)}"
                 if reason:
                     break
         out.append(reason)

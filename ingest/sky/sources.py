@@ -37,6 +37,7 @@ import numpy as np
 from astropy import units as u
 
 from ingest.errors import ConfigError
+from ingest.sky.bands import readable
 from ingest.sky.catalogue import BBOX_COLUMNS, SPECTRAL_COLUMNS, Catalogue
 from ingest.sky.regions import CONVENTIONS, SkyCircle, SpectralRange
 from ingest.sky.tables import parse_unit
@@ -96,8 +97,8 @@ class FixedSize:
         _check_convention(self.convention, "FixedSize.convention")
 
     def describe(self) -> str:
-        band = f" +- {self.spectral_half_width:g} {self.spectral_unit}" if self.spectral_half_width else ""
-        return f"radius {self.radius_deg * 60:g} arcmin{band}"
+        band = f" +- {readable(self.spectral_half_width, self.spectral_unit)}" if self.spectral_half_width else ""
+        return f"radius {readable(self.radius_deg * 60, 'arcmin')}{band}"
 
 
 @dataclass(frozen=True)
@@ -234,7 +235,7 @@ def _radii(catalogue: Catalogue, size) -> tuple[np.ndarray, list[str | None]]:
                           "not an angle; give its unit with ColumnSize(radius_unit='arcsec')")
     degrees = values * unit.to(u.deg)
     problems = [None if math.isfinite(r) and 0 < r <= 180 else
-                f"radius column {size.radius_column} = {v:g} {unit_text} is not an angle in (0, 180] deg"
+                f"radius column {size.radius_column} = {readable(v, unit_text)} is not an angle in (0, 180] deg"
                 for r, v in zip(degrees, values)]
     return degrees, problems
 
@@ -259,10 +260,10 @@ def _bands(catalogue: Catalogue, size, rest_hz) -> tuple[list | None, list[str |
     for k in range(n):
         if not (math.isfinite(widths[k]) and widths[k] > 0):
             bands.append(None)
-            problems.append(f"half width {widths[k]:g} {width_unit} is not a number > 0")
+            problems.append(f"half width {readable(widths[k], width_unit)} is not a number > 0")
         elif not (math.isfinite(lo[k]) and math.isfinite(hi[k])) or (band["kind"] != "velocity" and lo[k] <= 0):
             bands.append(None)
-            problems.append(f"band {lo[k]:g}..{hi[k]:g} {width_unit} about the source is not a spectral range")
+            problems.append(f"band {readable([lo[k], hi[k]], width_unit)} about the source is not a spectral range")
         else:
             try:
                 bands.append(SpectralRange(float(lo[k]), float(hi[k]), **band))

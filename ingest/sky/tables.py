@@ -16,6 +16,7 @@ from astropy import units as u
 from astropy.coordinates import Angle
 
 from ingest.errors import ConfigError
+from ingest.sky.bands import readable
 from ingest.sky.sofia_files import looks_like_sofia_ascii, read_sofia_ascii
 
 # extension -> astropy format; ".txt" and others are left to astropy's guessing
@@ -28,6 +29,7 @@ _FORMAT_ALIASES = {"csv": "ascii.csv", "ecsv": "ascii.ecsv", "sofia": "sofia-asc
 _UNIT_SPELLINGS = {"hz": "Hz", "khz": "kHz", "mhz": "MHz", "ghz": "GHz", "degree": "deg", "degrees": "deg",
                    "m/s": "m/s", "km/s": "km/s", "m.s-1": "m/s", "km.s-1": "km/s"}
 _PIXEL_UNITS = (None, "pix", "pixel", "pixels")
+_ECSV_TITLE = b"# %ECSV"
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,8 @@ def read_table(path: str, format: str | None) -> RawTable:
         fmt = next((f for ext, f in _EXTENSION_FORMATS.items() if lower.endswith(ext)), None)
         if looks_like_sofia_ascii(path):
             fmt = "sofia-ascii"
+        elif _starts_with(path, _ECSV_TITLE):  # ECSV with its units, whatever the file is called
+            fmt = "ascii.ecsv"
     if fmt == "sofia-ascii":
         text = read_sofia_ascii(path)
         data = tuple(_column_from_text([row[j] for row in text.rows]) for j in range(len(text.names)))
@@ -88,6 +92,14 @@ def read_table(path: str, format: str | None) -> RawTable:
         how = f"as {fmt}" if fmt else "as any table format astropy knows"
         raise ConfigError(f"catalogue {path}: cannot read it {how} ({type(exc).__name__}: {exc})") from None
     return _from_astropy(path, fmt or "astropy", table, {})
+
+
+def _starts_with(path: str, title: bytes) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(title)) == title
+    except OSError:
+        return False
 
 
 def _read_votable(path: str) -> RawTable:
@@ -173,7 +185,8 @@ def _checked_unit(path, column, key, unit_text, target: str, what: str):
     unit = parse_unit(unit_text)
     if unit is None or not unit.is_equivalent(u.Unit(target)):
         raise ConfigError(f"catalogue {path}: column {column} ({key}) has unit {unit_text!r}, which is not "
-                          f"{what}; name its unit with units={{{key!r}: ...}}")
+                          f"{what}; give its unit with --columns {key}={column}[UNIT] (or units={{{key!r}: ...}} "
+                          "from Python)")
     return unit
 
 
@@ -206,11 +219,11 @@ def angle_values(path, table, column, matched_by, key, unit_overrides, *, role: 
     return degrees, origin, bad
 
 
-def quantity_values(path, table, column, matched_by, key, unit_overrides, default_unit: str, si_unit: str,
-                    what: str):
+def quantity_values(path, table, column, matched_by, key, unit_overrides, si_unit: str, what: str):
     """(values in `si_unit` with NaN where bad, origin, per-row reason or None); `what` names
-    the quantity for the error when the column's unit cannot be converted to `si_unit`."""
-    unit_text, unit_from = _unit_for(table, column, key, unit_overrides, default_unit)
+    the quantity for the error when the column's unit (the table's or given: no default) cannot
+    be converted to `si_unit`."""
+    unit_text, unit_from = _unit_for(table, column, key, unit_overrides, None)
     unit = _checked_unit(path, column, key, unit_text, si_unit, what)
     raw = table.data[table.index(column)]
     origin = ColumnOrigin("spectral", key, column, unit_text, matched_by, unit_from)
@@ -226,7 +239,7 @@ def pixel_values(path, table, column, matched_by, key, *, whole: bool = False):
                           "are in pixels")
     values, bad = _floats(column, table.data[table.index(column)])
     if whole:
-        bad = [b or (f"{column} = {v:g} is not a whole pixel" if v != int(v) else None)
+        bad = [b or (f"{column} = {readable(v)} is not a whole pixel" if v != int(v) else None)
                for v, b in zip(values, bad)]
     return values, ColumnOrigin(key, key, column, unit_text, matched_by, "none"), bad
 
