@@ -4,7 +4,8 @@ In a directory each cut-out is renamed into place whole and journalled (ingest.o
 With `dest = s3://bucket/prefix/` each is written to a local scratch file (in output_dir when
 given, else a temporary directory of the rank's), uploaded as PREFIX/NAME with the checksum the
 store verifies, and the scratch copy removed when output_dir was not given; the manifest goes to
-PREFIX/manifest.json. A re-run keeps a stored cut-out when its size and ETag are those recorded.
+PREFIX/manifest.json. A re-run keeps a stored cut-out when its size and ETag are those recorded
+and it was made for the same request (`outputs.cutouts.resume`).
 """
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def _store(cfg: RunConfig):
 
 
 def kept(cfg: RunConfig, cube: dict) -> dict[str, dict]:
-    """Rank 0: the cut-outs an earlier run of this cube left whole, by file name."""
+    """Rank 0: the cut-outs an earlier run of this cube left whole, by file name (whether each was
+    made for this run's request is `outputs.cutouts.resume`'s to say)."""
     if not cfg.dest:
         os.makedirs(cfg.output_dir, exist_ok=True)
         return outputs.finished(cfg.output_dir, cube)

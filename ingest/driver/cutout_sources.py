@@ -4,9 +4,17 @@ Sources with world coordinates go through the cube's WCS (`ingest.sky.pixels`); 
 SoFiA-2's bounding box keep it, grown by the margin. Either way the box is clipped to the cube
 (the source says so) and a source with no pixel in the cube, or with bad coordinates, is kept as
 skipped with its reason: one bad row is not a failed job.
+
+Each source with a box carries its request (`Requests.digest`): a short digest of the canonical
+JSON of everything that decides its file's bytes: the cube's identity, HDU or dataset, the output
+format and extension, the size rule, the catalogue's frame and velocity convention, the rest
+frequency, and the source's own name (its OBJECT card), pixel box and world region as resolved. Its
+manifest and journal entries record it, and a re-run keeps a file only for the same request.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 from ingest.config import RunConfig
@@ -24,6 +32,7 @@ class CutoutSource:
     clipped: tuple = ()  # axes the box was clipped on ("x", "y", "z", or sky/spectral names)
     skip_reason: str | None = None
     region_text: str = ""
+    request: str | None = None  # digest of what made the file (Requests.digest); None: not recorded
 
     def entry(self, file: str | None, nbytes: int, crc32: int | None, **extra) -> dict:
         """This source's line of manifest.json."""
@@ -31,7 +40,29 @@ class CutoutSource:
             return {"name": self.name, "row": self.row, "status": "skipped", "reason": self.skip_reason,
                     "region": self.region_text}
         return {"name": self.name, "row": self.row, "status": "done", "file": file, "bytes": nbytes, "crc32": crc32,
-                "box": [list(p) for p in self.box], "clipped": list(self.clipped), "region": self.region_text, **extra}
+                "box": [list(p) for p in self.box], "clipped": list(self.clipped), "region": self.region_text,
+                "request": self.request, **extra}
+
+
+REQUEST_DIGEST_CHARS = 16  # 64 bits of SHA-256: no two requests of one output directory collide
+
+
+class Requests:
+    """The request each source's file is made from: `fields`, the job's part (the same for every
+    source, as the manifest's head records it), and per source its name, box and region text."""
+
+    def __init__(self, fields: dict):
+        self.fields = fields
+        self._text = _canonical(fields)  # once: ten thousand sources share it
+
+    def digest(self, name: str, box, region_text: str) -> str:
+        """This source's request, as a short hex digest (the manifest's `request`)."""
+        text = self._text + _canonical([name, [list(p) for p in box], region_text])
+        return hashlib.sha256(text.encode()).hexdigest()[:REQUEST_DIGEST_CHARS]
+
+
+def _canonical(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def parse_columns(text: str | None) -> dict:
@@ -90,20 +121,32 @@ def _rest_hz(cfg: RunConfig, header) -> float | None:
     return float(value) if value else None
 
 
-def cube_sources(cfg: RunConfig, layout) -> list[CutoutSource]:
-    """Every catalogue row as a CutoutSource for this cube."""
+def cube_sources(cfg: RunConfig, layout, cube: dict | None = None) -> list[CutoutSource]:
+    """Every catalogue row as a CutoutSource for this cube (`cube`: its identity, as the manifest
+    records it; see `sources_and_request`)."""
+    return sources_and_request(cfg, layout, cube)[0]
+
+
+def sources_and_request(cfg: RunConfig, layout, cube: dict | None) -> tuple[list[CutoutSource], dict]:
+    """Every catalogue row as a CutoutSource for this cube, each with its request digest, and the
+    job's part of every request (`Requests.fields`, the manifest's `request`)."""
     from ingest.sky.catalogue import read_catalogue
     from ingest.sky.header import wcs_header
     from ingest.sky.pixels import world_boxes
-    from ingest.sky.sources import cutout_requests, parse_size
+    from ingest.sky.sources import cutout_requests, default_size, parse_size
 
     if not cfg.catalogue:
         raise ConfigError("catalogue: required for cutouts (SoFiA-2's catalogue, or a CSV/ECSV/VOTable/FITS table)")
     catalogue = read_catalogue(cfg.catalogue, columns=parse_columns(cfg.columns), sofia_par=cfg.sofia_par,
                                region_offset=parse_offset(cfg.region_offset), frame=cfg.frame)
     header = wcs_header(layout)
-    requests = cutout_requests(catalogue, parse_size(cfg.size) if cfg.size else None,
-                               rest_hz=_rest_hz(cfg, header))
+    size = parse_size(cfg.size) if cfg.size else default_size(catalogue)
+    rest_hz = _rest_hz(cfg, header)
+    requests = cutout_requests(catalogue, size, rest_hz=rest_hz)
+    made = Requests({"cube": cube, "hdu": cfg.hdu, "dataset": cfg.dataset, "format": layout.kind,
+                     "ext": ".h5" if layout.kind == "hdf5" else ".fits", "size": size.describe(),
+                     "frame": catalogue.frame, "spectral_convention": catalogue.spectral_convention,
+                     "rest_hz": rest_hz})
     world = [r for r in requests if r.skip_reason is None and r.pos is not None]
     boxes = {}
     if world:
@@ -114,16 +157,17 @@ def cube_sources(cfg: RunConfig, layout) -> list[CutoutSource]:
     for r in requests:
         if r.skip_reason is not None:
             out.append(CutoutSource(r.name, r.file_stem, r.row, None, skip_reason=r.skip_reason))
-        elif r.pos is not None:
+            continue
+        if r.pos is not None:
             result = boxes[r.row]
             text = r.pos.describe() + (f" {r.band.describe()}" if r.band is not None else "")
             if isinstance(result, str):
-                out.append(CutoutSource(r.name, r.file_stem, r.row, None, skip_reason=result, region_text=text))
+                box, clipped, reason = None, (), result
             else:
-                out.append(CutoutSource(r.name, r.file_stem, r.row, tuple(result.box), tuple(result.clipped),
-                                        region_text=text))
+                box, clipped, reason = tuple(result.box), tuple(result.clipped), None
         else:
             box, clipped, reason = clip_pixel_box(r.pixel_box_fits, layout.shape)
             text = "pixels x {}..{} y {}..{} z {}..{}".format(*r.pixel_box_fits)
-            out.append(CutoutSource(r.name, r.file_stem, r.row, box, clipped, reason, text))
-    return out
+        request = made.digest(r.name, box, text) if box is not None else None
+        out.append(CutoutSource(r.name, r.file_stem, r.row, box, clipped, reason, text, request))
+    return out, made.fields

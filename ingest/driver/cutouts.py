@@ -2,11 +2,12 @@
 
 Rank 0 reads the header and the catalogue, turns each source into a pixel box (its world region
 through the cube's WCS, or SoFiA-2's bounding box plus a margin), drops the cut-outs an earlier
-run left whole, and splits the rest over the ranks in contiguous stretches balanced by bytes,
-along the axis whose stripes the cost model predicts streamed soonest (`core.cutstripes.choose_split`).
-Each rank then streams its stripe once, band by band (`cutout_rank`), handing on each cut-out as
-the read passes its last plane, written whole or not at all. Rank 0 gathers the records into
-manifest.json and the report, with which reading each rank chose and why.
+run left whole for the same request (`outputs.cutouts.resume`), and splits the rest over the
+ranks in contiguous stretches balanced by bytes, along the axis whose stripes the cost model
+predicts streamed soonest (`core.cutstripes.choose_split`). Each rank then streams its stripe
+once, band by band (`cutout_rank`), handing on each cut-out as the read passes its last plane,
+written whole or not at all. Rank 0 gathers the records into manifest.json and the report, with
+which reading each rank chose and why.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from ingest.core.linkprobe import LATENCY_THREADS
 from ingest.driver import cutout_sinks as sinks
 from ingest.driver.cutout_progress import Progress, Reporter
 from ingest.driver.cutout_rank import cut_rank
-from ingest.driver.cutout_sources import cube_sources
+from ingest.driver.cutout_sources import sources_and_request
 from ingest.driver.job import tune_for_job
 from ingest.driver.mpi import Handout, all_agree_or_raise, root_step, topology
 from ingest.driver.probe_rounds import root_step_with_crew
@@ -75,7 +76,9 @@ class Catalogue:
     n_sources: int  # rows of the catalogue
     n_clipped: int  # sources whose box the cube's edge clipped
     skipped: tuple  # manifest entries of the sources with no box, with their reasons
-    kept: tuple  # manifest entries of cut-outs an earlier run left whole
+    kept: tuple  # manifest entries of cut-outs an earlier run left whole for the same request
+    n_recut: int  # cut-outs an earlier run left whole, cut again because their request changed
+    request: dict  # the job's part of every source's request, as the manifest's head records it
 
 
 def gap_bytes(cfg: RunConfig, settings) -> int:
@@ -99,10 +102,10 @@ def prepare(cfg: RunConfig, topology, crew=None) -> Handout:
     with open_transport(read_source, method, threads=LATENCY_THREADS, **transport_options(cfg)) as transport:
         layout, header = read_any_layout_timed(transport, hdu=cfg.hdu, dataset=cfg.dataset, retry=retry_policy(cfg))
         info = transport.info
-        sources = cube_sources(cfg, layout)  # catalogue errors come before anything is written
-        kept = sinks.kept(cfg, outputs_cube(layout, info))
+        cube = outputs_cube(layout, info)
+        sources, request = sources_and_request(cfg, layout, cube)  # catalogue errors before any write
         ext = ".h5" if layout.kind == "hdf5" else ".fits"
-        todo = [i for i, s in enumerate(sources) if s.box is not None and s.file_stem + ext not in kept]
+        todo, kept, n_recut = outputs.resume(sources, sinks.kept(cfg, cube), ext)
         settings = configured_settings(cfg)
         if todo and tunable(cfg, layout):
             share = rank_share_box([sources[i].box for i in todo], topology.n_ranks)
@@ -121,7 +124,8 @@ def prepare(cfg: RunConfig, topology, crew=None) -> Handout:
         read_source = ensure_lifetime(read_source, signer_args, 3600.0, cfg)
     job = CutoutJob(read_source, method, layout, info, signer_args, settings, len(todo), gap, axis, choice, topology)
     catalogue = Catalogue(len(sources), sum(1 for s in sources if s.box is not None and s.clipped),
-                          tuple(s.entry(None, 0, None) for s in sources if s.box is None), tuple(kept.values()))
+                          tuple(s.entry(None, 0, None) for s in sources if s.box is None), tuple(kept), n_recut,
+                          request)
     return Handout(job, per_rank, catalogue)
 
 
@@ -167,7 +171,14 @@ def cutouts(comm, cfg: RunConfig) -> dict | None:
     with building_report():  # the manifest too: rank 0 writes it for every rank
         done = [e for es, _, _ in gathered for e in es]
         report = _report(cfg, job, catalogue, done, [r for _, r, _ in gathered], makespan_s, prep_s)
+        if catalogue.n_sources and len(catalogue.skipped) == catalogue.n_sources:  # nothing cut: where the cube is
+            from ingest.sky.footprint import requests_footprint
+            from ingest.sky.header import wcs_header
+
+            report["footprint"] = requests_footprint(wcs_header(job.layout), job.layout.shape, getattr(
+                job.layout, "beams", None), [e.get("region") for e in catalogue.skipped])
         manifest = {"schema": outputs.SCHEMA, "cube": outputs_cube(job.layout, job.info),
+                    "request": catalogue.request,
                     "sources": sorted(done + list(catalogue.kept) + report["skipped"], key=lambda e: e["row"])}
         report["manifest"] = sinks.write_manifest(cfg, manifest)
     report["rank0_gather_s"] = MPI.Wtime() - t_root
@@ -196,7 +207,8 @@ def _report(cfg, job: CutoutJob, catalogue: Catalogue, done, records, makespan_s
                            for m in ("stream", "spans")},
                  "read_share_of_data": wire / max(1, job.layout.data_bytes),
                  "buffer_bytes_max": max((r.get("buffer_bytes_max", 0) for r in records), default=0)},
-        "totals": {"sources": catalogue.n_sources, "done": len(done), "kept": len(catalogue.kept), "skipped": len(skipped),
+        "totals": {"sources": catalogue.n_sources, "done": len(done), "recut": catalogue.n_recut,
+                   "new": len(done) - catalogue.n_recut, "kept": len(catalogue.kept), "skipped": len(skipped),
                    "requests": requests, "bytes_wire": wire, "bytes_needed": sum(r["bytes_needed"] for r in records),
                    "requests_per_source": requests / n, "bytes_wire_per_source": wire / n},
         "clipped": catalogue.n_clipped,

@@ -3,10 +3,13 @@
 Every cut-out is complete or absent (written under a temporary name, then renamed). As a rank
 finishes a file it appends a line to its journal (`.cutouts-rank{R}.jsonl`, flushed and fsynced),
 so a job killed midway still knows which files are whole. At the end rank 0 merges the journals
-and the skipped sources into `manifest.json` (schema ingest.cutouts/1: the cube's identity, and
-per source its name, row, box, file, bytes, CRC-32 of the file, requests and wire bytes, or the
-reason it was skipped) and removes the journals. A re-run trusts a file only when its CRC-32
-still matches what the manifest or a journal recorded, and cuts the rest.
+and the skipped sources into `manifest.json` (schema ingest.cutouts/2: the cube's identity, the
+job's part of the request, and per source its name, row, box, file, bytes, CRC-32 of the file, the
+digest of its request, requests and wire bytes, or the reason it was skipped) and removes the
+journals. A re-run keeps a file only when its CRC-32 still matches what the manifest or a journal
+recorded and it was made for the same request (`resume`: the same cube, size, region, frame,
+convention, rest frequency, name and output format); it cuts the rest. A manifest of
+ingest.cutouts/1 recorded no request: its files are cut again, not trusted.
 
 A file's OBJECT card is the source's name as a FITS header value can hold it
 (`outputs.subcubes.fits_text`: printable ASCII, accents dropped, so "Mén" is "Men", any other
@@ -24,7 +27,8 @@ from ingest.atomic import atomic_write, remove_quietly
 from ingest.errors import ConfigError
 from ingest.outputs.manifest import load_json
 
-SCHEMA = "ingest.cutouts/1"
+SCHEMA = "ingest.cutouts/2"
+OLDER_SCHEMAS = ("ingest.cutouts/1",)  # read, but its entries have no request: every file is re-cut
 NAME = "manifest.json"
 _JOURNAL = ".cutouts-rank{rank}.jsonl"
 _READ_BYTES = 8 << 20
@@ -74,13 +78,14 @@ def _journal_entries(out_dir: str) -> list[dict]:
 def load(out_dir: str) -> dict | None:
     """DIR/manifest.json, or None; an unreadable one is an error naming the file."""
     return load_json(os.path.join(out_dir, NAME), SCHEMA, "cut-out manifest",
-                     "remove it or choose another --output-dir")
+                     "remove it or choose another --output-dir", older=OLDER_SCHEMAS)
 
 
 def finished(out_dir: str, cube: dict) -> dict[str, dict]:
     """Cut-outs an earlier run of this cube left whole, by file name: entries of the manifest and
-    the journals whose file is still there with the CRC-32 they recorded. A manifest of another
-    cube (size or version changed) is an error: its files would be mixed with this cube's."""
+    the journals whose file is still there with the CRC-32 they recorded; where both match, the
+    journal's, which is newer. A manifest of another cube (size or version changed) is an error:
+    its files would be mixed with this cube's."""
     manifest = load(out_dir)
     entries = []
     if manifest is not None:
@@ -88,12 +93,33 @@ def finished(out_dir: str, cube: dict) -> dict[str, dict]:
         entries = [e for e in manifest.get("sources", []) if e.get("status") == "done"]
     entries += _journal_entries(out_dir)
     _remove_leftover_temps(out_dir)
-    kept = {}
+    kept, crcs = {}, {}
     for entry in entries:
-        path = os.path.join(out_dir, entry["file"])
-        if entry["file"] not in kept and file_crc32(path) == entry["crc32"]:
-            kept[entry["file"]] = entry
+        name = entry["file"]
+        if name not in crcs:
+            crcs[name] = file_crc32(os.path.join(out_dir, name))
+        if crcs[name] == entry["crc32"]:
+            kept[name] = entry  # a later entry for the same bytes wins: a journal over the manifest
     return kept
+
+
+def resume(sources, found: dict[str, dict], ext: str) -> tuple[list[int], list[dict], int]:
+    """Which of `sources` (CutoutSource) to cut now, given `found`, the files an earlier run left
+    whole by name: (their indices, the entries kept, how many are cut again because their request
+    changed). A source is kept when its file is whole and was made for the same request; a file
+    whose request differs, or was never recorded (ingest.cutouts/1), is cut again and replaced. A
+    file no source of this catalogue asks for is left where it is, and not listed as kept."""
+    todo, kept, n_recut = [], [], 0
+    for i, source in enumerate(sources):
+        if source.box is None:
+            continue
+        entry = found.get(source.file_stem + ext)
+        if entry is not None and source.request is not None and entry.get("request") == source.request:
+            kept.append({**entry, "row": source.row})  # the same request; the row may have moved
+            continue
+        n_recut += entry is not None
+        todo.append(i)
+    return todo, kept, n_recut
 
 
 def check_cube(manifest: dict, cube: dict, where: str) -> None:
@@ -137,7 +163,8 @@ def manifest_text(manifest: dict) -> str:
 def summary_text(report: dict) -> str:
     """The human lines drawn from a cut-out report."""
     t = report["totals"]
-    lines = [f"cutouts: {t['done']} cut, {t['kept']} kept from an earlier run, {t['skipped']} skipped "
+    why = f" ({t['recut']} re-cut: request changed, {t['new']} new)" if "recut" in t else ""
+    lines = [f"cutouts: {t['done']} cut{why}, {t['kept']} kept from an earlier run, {t['skipped']} skipped "
              f"of {t['sources']} sources in {report['makespan_s']:.3f} s on {len(report['ranks'])} ranks",
              f"  read: {t['requests']} requests, {t['bytes_wire']} bytes on the wire for {t['bytes_needed']} "
              f"needed ({t['requests_per_source']:.2f} requests, {t['bytes_wire_per_source']:.0f} bytes per source)",

@@ -33,9 +33,10 @@ def load(out_dir: str) -> dict | None:
     return load_json(path_in(out_dir), SCHEMA, "pre-stage manifest", "use --fresh to start over")
 
 
-def load_json(path: str, schema: str, what: str, remedy: str) -> dict | None:
-    """A JSON manifest of `schema` at path, or None when there is none; an unreadable one, or one
-    of another schema, is an error naming the file and saying what to do (`remedy`)."""
+def load_json(path: str, schema: str, what: str, remedy: str, older: tuple[str, ...] = ()) -> dict | None:
+    """A JSON manifest of `schema` (or one of the `older` schemas its reader still takes) at path,
+    or None when there is none; an unreadable one, or one of another schema, is an error naming
+    the file and saying what to do (`remedy`)."""
     try:
         with open(path, encoding="utf-8") as fh:
             manifest = json.load(fh)
@@ -43,7 +44,7 @@ def load_json(path: str, schema: str, what: str, remedy: str) -> dict | None:
         return None
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{path}: not a readable {what} ({exc}); {remedy}") from None
-    if not isinstance(manifest, dict) or manifest.get("schema") != schema:
+    if not isinstance(manifest, dict) or manifest.get("schema") not in (schema, *older):
         raise ConfigError(f"{path}: not a {schema} manifest; {remedy}")
     return manifest
 
