@@ -5,9 +5,12 @@ so `import ingest` and the single-process API never start MPI.
 """
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import socket
 import sys
+import tempfile
 import time
 import traceback
 from contextlib import contextmanager
@@ -41,9 +44,24 @@ LONE_PROCESS_MPI_DEFAULTS = {"OMPI_MCA_ess_singleton_isolated": "1", "OMPI_MCA_p
 _LAUNCHER_RANKS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 
 
+# Open MPI 4 keeps a session directory per process in one tree per node and user,
+# <orte_tmpdir_base>/ompi.<node>.<uid>/jf.<job family>/<job>/<rank>, and a process that finalizes
+# removes every level it left empty. Another process creating its own levels at that moment finds
+# a parent gone and dies in MPI_Init ("A call to mkdir was unable to create the desired
+# directory"; open-mpi/ompi#8510). Isolated singletons are all job [0,1], so every lone process on
+# a node creates and removes the same jf.0/1: started together (a pipeline's lone steps) they
+# collide within seconds. A lone process therefore starts MPI in a tree of its own, a fresh
+# directory under the user's orte_tmpdir_base (the system's temporary directory where they set
+# none), removed at exit once it has finalized (a process killed outright leaves its empty tree).
+# Open MPI 5 names a singleton's directories by its own job and removes only those, and MPICH's
+# singletons keep none: the variable means nothing to them.
+SESSION_DIR_VARIABLE = "OMPI_MCA_orte_tmpdir_base"
+SESSION_DIR_PREFIX = "ingest-mpi-"
+
+
 def world():
     """MPI.COMM_WORLD, after checking its size against what the launcher says it started."""
-    with _lone_process_defaults(os.environ):
+    with _lone_process_defaults(os.environ), _own_session_dir(os.environ):
         from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
@@ -74,14 +92,53 @@ def launcher_tasks(environ) -> tuple[str, int] | None:
 def _lone_process_defaults(environ):
     """LONE_PROCESS_MPI_DEFAULTS in `environ` while MPI starts, for a process no launcher started;
     what it added is taken out again afterwards."""
-    alone = launcher_tasks(environ) is None and not any(name in environ for name in _LAUNCHER_RANKS)
-    added = [name for name in LONE_PROCESS_MPI_DEFAULTS if alone and name not in environ]
+    added = [name for name in LONE_PROCESS_MPI_DEFAULTS if _alone(environ) and name not in environ]
     environ.update({name: LONE_PROCESS_MPI_DEFAULTS[name] for name in added})
     try:
         yield
     finally:
         for name in added:
             environ.pop(name, None)
+
+
+def _alone(environ) -> bool:
+    """True for a process no launcher started (no task count, no rank number in `environ`)."""
+    return launcher_tasks(environ) is None and not any(name in environ for name in _LAUNCHER_RANKS)
+
+
+@contextmanager
+def _own_session_dir(environ):
+    """For a lone process, SESSION_DIR_VARIABLE names a fresh directory of its own while MPI starts
+    (under the user's value, if any); the directory is removed at exit, after MPI_Finalize. Where
+    it cannot be made, MPI starts where it would have."""
+    base = environ.get(SESSION_DIR_VARIABLE) or None
+    directory = None
+    if _alone(environ) and "mpi4py.MPI" not in sys.modules:
+        try:
+            directory = tempfile.mkdtemp(prefix=SESSION_DIR_PREFIX, dir=base)
+        except OSError:
+            directory = None
+    if directory is not None:
+        atexit.register(_remove_session_dir, directory, os.getpid())
+        environ[SESSION_DIR_VARIABLE] = directory
+    try:
+        yield directory
+    finally:
+        if directory is not None:
+            if base is None:
+                environ.pop(SESSION_DIR_VARIABLE, None)
+            else:
+                environ[SESSION_DIR_VARIABLE] = base
+
+
+def _remove_session_dir(directory: str, owner_pid: int) -> None:
+    """Exit handler: finalize MPI, then remove the lone process's session directory (not from a
+    forked child, whose exit would pull it from under its parent)."""
+    if os.getpid() != owner_pid:
+        return
+    if "mpi4py.MPI" in sys.modules:
+        finalize()
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def check_world_size(size: int, environ, library: str | None = None) -> None:
