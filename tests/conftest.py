@@ -51,6 +51,16 @@ def s3_server():
     server.stop()
 
 
+@pytest.fixture
+def counting_source():
+    """Serve a FITS file over HTTP counting the bytes sent, for every "before any data moves"
+    claim: `with counting_source(path) as source:` run the command on `source.url`, then
+    `source.assert_no_data_moved()` (no more bytes than the header reads, none of the data)."""
+    from tests.datamoves import CountingSource
+
+    return CountingSource
+
+
 @pytest.fixture(scope="module")
 def toxiproxy():
     """A Toxiproxy server per test module (proxies a module creates go with it)."""

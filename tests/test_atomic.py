@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 import zlib
 
 import pytest
@@ -92,13 +93,18 @@ class _Source:
 
 
 class _Sink:
+    """Records what was journalled and the thread that did each publish step."""
+
     def __init__(self):
         self.journalled = []
+        self.threads = set()
 
     def done(self, path, entry):
+        self.threads.add(threading.get_ident())
         return entry
 
     def journal_many(self, entries):
+        self.threads.add(threading.get_ident())
         self.journalled += [e["name"] for e in entries]
 
 
@@ -117,7 +123,13 @@ def test_groups_are_published_in_the_background_in_order(tmp_path, monkeypatch):
 
     monkeypatch.setattr(cutout_rank, "PUBLISH_FILES", 3)
     durable, entries, sink, progress = atomic.DurableBatch(), [], _Sink(), []
-    finisher = cutout_rank._Finisher(sink, durable, entries, lambda n, b: progress.append((n, b)))
+    progress_threads = set()
+
+    def note_progress(n, b):
+        progress_threads.add(threading.get_ident())
+        progress.append((n, b))
+
+    finisher = cutout_rank._Finisher(sink, durable, entries, note_progress)
     names = [f"s{i}" for i in range(8)]
     try:
         _finisher_files(tmp_path, finisher, durable, names)
@@ -125,6 +137,10 @@ def test_groups_are_published_in_the_background_in_order(tmp_path, monkeypatch):
     finally:
         finisher.close()
     assert [e["name"] for e in entries] == names == sink.journalled
+    # published on a worker, never on the rank's thread; the progress taken back on the rank's own
+    rank_thread = threading.get_ident()
+    assert sink.threads and rank_thread not in sink.threads, "a group was published on the rank's thread"
+    assert progress_threads == {rank_thread}
     assert progress == [(3, 30), (3, 30), (2, 20)]
     assert all(e["crc32"] == zlib.crc32(e["name"].encode()) for e in entries)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{n}.fits" for n in names)

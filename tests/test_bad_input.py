@@ -268,25 +268,23 @@ def big_cube(tmp_path_factory):
     """A 2 MiB cube: more than the 1 MiB tmpfs holds."""
     path = tmp_path_factory.mktemp("big") / "big.fits"
     write_cube(path, (32, 128, 128), -32)
-    return path.read_bytes()
+    return path
 
 
 @pytest.mark.parametrize("command", [["stage"], ["run", "--compare", "staging"]])
-def test_stage_dir_without_room_is_refused_before_the_download(big_cube, tmp_path, command):
+def test_stage_dir_without_room_is_refused_before_the_download(big_cube, counting_source, tmp_path, command):
     """The refusal comes before any data moves: the server sent no byte past the header (the
     size request and the header block), and the small filesystem holds nothing, not even a
     temporary file. For `run --compare staging` that includes the direct read, which would
     otherwise run to the end before the staging half found out it cannot work."""
-    with small_tmpfs(tmp_path / "small") as small, BadHttpServer(big_cube) as server:
+    with small_tmpfs(tmp_path / "small") as small, counting_source(big_cube) as server:
         report = tmp_path / "report.json"
         err = assert_clear_error(
             ingest_cli([*command, "--source", server.url, "--stage-dir", small / "stage", "--report", report,
                         "--no-progress"]),
-            "stage_dir", small / "stage", str(len(big_cube)))
+            "stage_dir", small / "stage", str(server.object_bytes))
         assert "nothing was downloaded" in err
-        header_bytes = 2880
-        assert server.bytes_sent <= header_bytes + 1, (
-            f"{server.bytes_sent} bytes sent in {server.requests} requests before the space check refused")
+        server.assert_no_data_moved()
         assert_nothing_written(small, report)
 
 
@@ -413,14 +411,14 @@ def test_tiny_cube_over_http_is_read_exactly(tmp_path):
 # ------------------------------------------------------------------ prestage
 
 
-def test_prestage_output_dir_without_room_is_refused_before_any_data(big_cube, tmp_path):
+def test_prestage_output_dir_without_room_is_refused_before_any_data(big_cube, counting_source, tmp_path):
     """A frame needs room for its regions' bytes: refused before a data byte is sent, nothing left."""
-    with small_tmpfs(tmp_path / "small") as small, BadHttpServer(big_cube) as server:
+    with small_tmpfs(tmp_path / "small") as small, counting_source(big_cube) as server:
         err = assert_clear_error(
             ingest_cli(["prestage", "--source", server.url, "--output-dir", small / "stage", "--no-progress"]),
             "output_dir", small / "stage", "the regions to stage")
         assert "nothing was" in err
-        assert server.bytes_sent <= 2880 + 1
+        server.assert_no_data_moved()
         assert_nothing_written(small)
 
 
@@ -442,13 +440,15 @@ def test_prestage_frame_refuses_a_cube_in_an_extension(tmp_path):
     (b"input.weights = w.fits\noutput.filename = x\n", ["template.par", "input.data"]),
     (b"input.data = c.fits\nthis line has no equals sign\n", ["template.par", "line 2"]),
 ])
-def test_prestage_refuses_a_bad_sofia_template_before_any_data(tmp_path, template, names):
+def test_prestage_refuses_a_bad_sofia_template_before_any_data(tmp_path, counting_source, template, names):
     cube = tmp_path / "cube.fits"
     write_cube(cube, (4, 8, 8), -32)
     (tmp_path / "template.par").write_bytes(template)
     out_dir = tmp_path / "stage"
-    assert_clear_error(ingest_cli(["prestage", "--source", cube, "--output-dir", out_dir, "--no-progress",
-                                   "--sofia-template", tmp_path / "template.par"]), *names)
+    with counting_source(cube) as source:
+        assert_clear_error(ingest_cli(["prestage", "--source", source.url, "--output-dir", out_dir, "--no-progress",
+                                       "--sofia-template", tmp_path / "template.par"]), *names)
+    source.assert_no_data_moved()
     assert not out_dir.exists()
 
 

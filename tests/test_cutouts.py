@@ -154,13 +154,15 @@ def test_a_small_budget_streams_the_stripe_in_many_bands_and_every_cutout_stays_
     _check(tmp_path / "bands", cube["path"])
 
 
-def test_a_catalogue_without_usable_columns_is_an_error_before_any_data_moves(s3_server, cube, tmp_path):
+def test_a_catalogue_without_usable_columns_is_an_error_before_any_data_moves(cube, counting_source, tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("name,flux\nA,1.0\n")
-    proc = cli(["cutouts", "--source", cube["s3"], "--catalogue", bad, "--output-dir", tmp_path / "o"],
-               child_env(s3_server))
+    with counting_source(cube["path"]) as source:
+        proc = cli(["cutouts", "--source", source.url, "--catalogue", bad, "--output-dir", tmp_path / "o"],
+                   child_env())
     assert proc.returncode == 1
     assert "bad.csv" in proc.stderr and "flux" in proc.stderr
+    source.assert_no_data_moved()
     assert not (tmp_path / "o").exists() or not any(n.endswith(".fits") for n in os.listdir(tmp_path / "o"))
 
 
@@ -187,10 +189,12 @@ def test_dest_puts_every_cutout_and_the_manifest_into_the_store_and_resumes_from
     assert json.loads((tmp_path / "r.json").read_text())["totals"]["kept"] == 5
 
 
-def test_plan_prices_a_catalogues_cutouts_before_any_data_moves(s3_server, cube, tmp_path):
+def test_plan_prices_a_catalogues_cutouts_before_any_data_moves(s3_server, cube, counting_source, tmp_path):
     catalogue = _bbox_catalogue(tmp_path / "cat.csv", ROWS)
-    proc = cli(["plan", cube["s3"], "--catalogue", catalogue, "--ranks", "2", "--json"], child_env(s3_server))
+    with counting_source(cube["path"]) as source:
+        proc = cli(["plan", source.url, "--catalogue", catalogue, "--ranks", "2", "--json"], child_env())
     assert proc.returncode == 0, proc.stderr
+    source.assert_no_data_moved()
     planned = json.loads(proc.stdout)["catalogue"]
     assert (planned["sources"], planned["cut"], planned["skipped"]) == (6, 5, 1)
     assert planned["requests"] > 0 and planned["bytes_wire"] > 0 and planned["prediction"]["ranks"] == 2

@@ -18,6 +18,7 @@ from ingest.core.parts import (MAX_OBJECT_BYTES, MAX_PART_BYTES, MAX_PARTS, MIN_
 from ingest.core.regions import s2p_regions
 from ingest.errors import ConfigError, RegionError
 from ingest.units import GiB, MiB
+from tests.ownership_oracle import labels_of, owner_labels
 
 FAST = settings(max_examples=60, deadline=None)
 
@@ -120,6 +121,18 @@ def test_s2p_overlapping_regions_are_cut_in_the_middle(w, m, shape):
     assert (_hits(owned, shape) == 1).all()
     for region, (box,) in zip(regions, owned):
         assert all(a <= lo < hi <= b for (lo, hi), (a, b) in zip(box, region))
+    # voxel by voxel (tests/ownership_oracle.py): each overlap's first half to the earlier region
+    assert np.array_equal(labels_of(owned, shape), owner_labels(regions, shape))
+
+
+def test_an_overlap_is_split_at_its_middle_the_odd_voxel_to_the_later_region():
+    # Spelled out: x intervals [0, 10) and [6, 16) overlap in 6..9 (cut at 8), [12, 20) overlaps
+    # the second in 12..15 (cut at 14); along z [0, 5) and [2, 8) overlap in 2..4, 3 voxels: the
+    # earlier keeps 2, the later gets 3 and 4.
+    xs, zs = [(0, 10), (6, 16), (12, 20)], [(0, 5), (2, 8)]
+    regions = [(z, (0, 2), x) for z in zs for x in xs]
+    owned = owned_boxes(regions, (8, 2, 20))
+    assert [b for (b,) in owned] == [(z, (0, 2), x) for z in [(0, 3), (3, 8)] for x in [(0, 8), (8, 14), (14, 20)]]
 
 
 @FAST

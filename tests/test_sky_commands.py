@@ -130,12 +130,13 @@ def test_read_subcube_and_open_cutout_take_soda_text_and_astropy_objects(s3_serv
         assert edge.clipped == ("ra",) and edge.box[2][1] == SHAPE[2] and edge.data.shape == tuple(b - a for a, b in edge.box)
 
 
-def test_a_region_off_the_cube_is_an_error_naming_it_before_any_data_moves(s3_server, cube, tmp_path):
+def test_a_region_off_the_cube_is_an_error_naming_it_before_any_data_moves(cube, counting_source, tmp_path):
     out = tmp_path / "out"
-    proc = cli(["run", "--source", cube["s3"], "--pos", "CIRCLE 10 10 0.01", "--output-dir", out],
-               child_env(s3_server))
+    with counting_source(cube["path"]) as source:  # its BEAMS table is read, beside the data
+        proc = cli(["run", "--source", source.url, "--pos", "CIRCLE 10 10 0.01", "--output-dir", out], child_env())
     assert proc.returncode == 1
     assert "CIRCLE" in proc.stderr and "10" in proc.stderr
+    source.assert_no_data_moved()
     assert not out.exists() or not os.listdir(out)
 
 
