@@ -5,18 +5,32 @@ from ingest.config import add_run_arguments, config_from_args
 
 
 def _cli(args) -> int:
-    # MPI starts when the job runs, not when `--help` lists the commands; and before the driver's
-    # modules import it, so that it starts as world() starts it.
-    from ingest.driver.mpi import root_step, run_or_abort, world
+    # SIGINT and SIGTERM stop the job with what it cut kept (driver.cutout_progress): taken before
+    # MPI starts, so that no signal meets Python's default traceback.
+    from ingest.driver.cutout_progress import STOP, Interrupted, end_interrupted
 
-    comm = world()
-    from ingest.driver.cutouts import cutouts
+    STOP.install()
+    comm = None
+    try:
+        # MPI starts when the job runs, not when `--help` lists the commands; and before the driver's
+        # modules import it, so that it starts as world() starts it.
+        from ingest.driver.mpi import root_step, run_or_abort, world
 
-    def command(comm, parsed):
-        cutouts(comm, root_step(comm, config_from_args, parsed))
-        return 0
+        comm = world()
+        from ingest.driver.cutouts import cutouts
 
-    return run_or_abort(comm, command, args)
+        def command(comm, parsed):
+            try:
+                cutouts(comm, root_step(comm, config_from_args, parsed))
+            except Interrupted as stop:
+                return end_interrupted(comm, stop)
+            return 0
+
+        return run_or_abort(comm, command, args)
+    except Interrupted as stop:  # while MPI started, or on the way out of run_or_abort
+        return end_interrupted(comm, stop)
+    finally:
+        STOP.release()
 
 
 def add_parser(sub) -> None:

@@ -7,14 +7,19 @@ largest band; each band's requests land in it (after the planes carried over fro
 are moved to its front), then every cut-out whose last plane the band read is gathered from it
 (or from its partial array, filled band by band) and written under a temporary name. Files are
 made durable by one sync per group and renamed into place (`ingest.atomic.DurableBatch`), and
-only then journalled. A group is published on a thread of its own while the rank cuts the next
-one, so the disk writes while the CPU cuts; at most one group is in flight, and every group is
-published before its band is counted done. Chunked HDF5 data is read per cut-out through its
-chunks instead.
+only then journalled. A group closes at PUBLISH_FILES cut-outs or PUBLISH_AFTER_S of work since its
+first, whichever comes first: the count bounds its memory in the page cache, the time what a
+signal or a kill can lose. A group is published on a thread of its own while the rank cuts the next
+one, so the disk writes while the CPU cuts; at most one group is in flight, every group is
+published before its band is counted done, and a group that fails to publish raises on the rank's
+thread and leaves no file. At SIGINT or SIGTERM (`cutout_progress.Stop`) the rank cuts no more:
+the group in flight is published and journalled, the cut-outs not yet handed over are removed.
+Chunked HDF5 data is read per cut-out through its chunks instead.
 """
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
@@ -27,11 +32,13 @@ from ingest.config.settings import retry_policy, transport_options
 from ingest.core.cutplan import box_bytes
 from ingest.core.cutstripes import band_cutouts, carry_over, plan_stripe
 from ingest.driver import cutout_sinks as sinks
+from ingest.driver.cutout_progress import STOP
 from ingest.engine.executor import run_requests
 from ingest.outputs import cutouts as outputs
 from ingest.transports import open_transport
 
-PUBLISH_FILES = 512  # cut-outs made durable together: one sync each; what a killed job can lose
+PUBLISH_FILES = 512  # a group's most cut-outs, made durable together by one sync
+PUBLISH_AFTER_S = 1.0  # a group's most work, in seconds from its first cut-out: what a stopped job loses
 
 
 def _write(sink, job, source, raw, batch: DurableBatch, headers) -> str:
@@ -85,19 +92,26 @@ class RankTally:
 
 class _Finisher:
     """Cut-outs written under temporary names, made durable and journalled in groups: a group is
-    published (synced, renamed, uploaded with --dest, journalled) on one worker thread while the
+    handed over at PUBLISH_FILES cut-outs or PUBLISH_AFTER_S (by `clock`, seconds) since its first,
+    and published (synced, renamed, uploaded with --dest, journalled) on one worker thread while the
     rank writes the next; its entries and progress are taken back on the rank's own thread, the
-    only one that uses MPI."""
+    only one that uses MPI. Each change of hands is held against signals (`stop.held`), and after a
+    signal no group is started: what is pending stays for `close` to remove."""
 
-    def __init__(self, sink, durable: DurableBatch, entries: list, progress):
+    def __init__(self, sink, durable: DurableBatch, entries: list, progress, clock=time.monotonic, stop=STOP):
         self.sink, self.durable, self.entries, self.progress = sink, durable, entries, progress
+        self.clock, self.stop = clock, stop
         self.pending = []  # (source, path, requests, wire_bytes)
+        self._first_s = 0.0  # clock() when the pending group's first cut-out came
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="publish")
         self._in_flight = None  # (future of the entries, the batch it publishes)
 
     def add(self, source, path: str, requests: float, wire_bytes: int) -> None:
-        self.pending.append((source, path, requests, wire_bytes))
-        if len(self.pending) >= PUBLISH_FILES:
+        with self.stop.held():
+            if not self.pending:
+                self._first_s = self.clock()
+            self.pending.append((source, path, requests, wire_bytes))
+        if len(self.pending) >= PUBLISH_FILES or self.clock() - self._first_s >= PUBLISH_AFTER_S:
             self._hand_over()
 
     def flush(self) -> None:
@@ -106,21 +120,26 @@ class _Finisher:
         self._take_back()
 
     def close(self) -> None:
-        """On the way out, error or not: wait for the group in flight, remove what was not published."""
-        if self._in_flight is not None:
-            future, batch = self._in_flight
-            self._in_flight = None
-            wait([future])  # its error, if any, is not raised over the one being handled
-            batch.discard()
-        self._worker.shutdown(wait=True)
+        """On the way out, error, signal or not: wait for the group in flight and take its entries
+        back if it was published, else remove what it wrote. Signals wait until this is done."""
+        with self.stop.held():
+            if self._in_flight is not None:
+                future, batch = self._in_flight
+                wait([future])  # its error, if any, is not raised over the one being handled
+                self._in_flight = None
+                if future.exception() is None:
+                    self._count(future.result())
+                batch.discard()
+            self._worker.shutdown(wait=True)
 
     def _hand_over(self) -> None:
         self._take_back()  # one group in flight at most: its files' memory is the page cache's
-        if not self.pending:
-            return
-        group, self.pending = self.pending, []
-        batch = self.durable.take()
-        self._in_flight = (self._worker.submit(self._publish, group, batch), batch)
+        with self.stop.held():
+            if not self.pending or self.stop.requested:
+                return
+            group, self.pending = self.pending, []
+            batch = self.durable.take()
+            self._in_flight = (self._worker.submit(self._publish, group, batch), batch)
 
     def _publish(self, group, batch: DurableBatch) -> list[dict]:
         """The worker: files and the store only."""
@@ -142,11 +161,16 @@ class _Finisher:
             return
         future, _ = self._in_flight
         try:
-            done = future.result()  # the worker's error raised here, on the rank's thread
+            wait([future])  # a signal here ends the wait; close() waits again, held
+            with self.stop.held():
+                done = future.result()  # the worker's error raised here, on the rank's thread
+                self._in_flight = None
+                self._count(done)
         except BaseException:
-            self.close()  # a signal while waiting too: the worker ends before its files go
+            self.close()  # the worker ends before its files go
             raise
-        self._in_flight = None
+
+    def _count(self, done: list[dict]) -> None:
         self.entries += done
         if self.progress is not None:
             self.progress(len(done), sum(e["wire_bytes"] for e in done))
@@ -179,10 +203,11 @@ def _stream(transport, job, cfg: RunConfig, sources, write, finisher: _Finisher,
                                    retry=retry_policy(cfg)))
         t1 = MPI.Wtime()
         for k, raw in band_cutouts(band, buffer, layout, boxes, partials):
-            path = write(sources[k], raw)
-            raw = None  # one gathered cut-out at a time
-            finisher.add(sources[k], path, round(float(plan.source_requests[k]), 3),
-                         int(round(plan.source_wire_bytes[k])))
+            with finisher.stop.held():  # a signal lets the file be written and counted first
+                path = write(sources[k], raw)
+                raw = None  # one gathered cut-out at a time
+                finisher.add(sources[k], path, round(float(plan.source_requests[k]), 3),
+                             int(round(plan.source_wire_bytes[k])))
         finisher.flush()
         tally.read_s, tally.cut_s = tally.read_s + (t1 - t0), tally.cut_s + (MPI.Wtime() - t1)
 
@@ -198,7 +223,8 @@ def _chunked(transport, job, cfg: RunConfig, sources, write, finisher: _Finisher
         raw, stats = read_selection(transport, job.layout, sel, plan, convert=False, threads=job.settings.threads,
                                     retry=retry_policy(cfg))
         tally.add(stats)
-        finisher.add(source, write(source, raw), stats.requests, stats.bytes_wire)
+        with finisher.stop.held():
+            finisher.add(source, write(source, raw), stats.requests, stats.bytes_wire)
     finisher.flush()
 
 
@@ -230,7 +256,8 @@ def cut_rank(comm, cfg: RunConfig, job, sources, progress=None,
             read(transport, job, cfg, sources, lambda src, raw: _write(sink, job, src, raw, durable, headers),
                  finisher, tally)
     finally:
-        finisher.close()
-        durable.discard()
-        sink.close()
+        with STOP.held():  # what was published is journalled, the rest removed, before a signal ends the rank
+            finisher.close()
+            durable.discard()
+            sink.close()
     return entries, tally.record(len(entries))
