@@ -162,8 +162,12 @@ class RunConfig:
                                         "planes carried into the next band and the cut-outs filled across bands")
     report: str | None = _opt(None, unit="path", kind="path", commands=JOBS + CUTOUTS + ("publish",), help="write the JSON report here")
     output_dir: str | None = _opt(None, unit="path", kind="path", commands=JOBS + CUTOUTS,
-                                  help="run: write each rank's subcube here; prestage: the staging directory "
-                                       "(required)")
+                                  help="run: write each rank's subcube here, or one file for a named region "
+                                       "(see per_rank_files); prestage: the staging directory (required)")
+    per_rank_files: bool = _opt(False, kind="bool", commands=("run",),
+                                help="run --output-dir of one region (--region, --pos, --band, --channels): a file "
+                                     "per rank and region (rankNNNN_<box>.fits) instead of the one file of the region "
+                                     "that the ranks write together")
     layout: str = _opt("frame", kind="choice", choices=LAYOUTS, commands=("prestage",),
                        help="prestage: frame = one full-size sparse file per cube, ranks write their regions "
                             "in place; frame-per-rank = one such file per rank (NFS); subcubes = one cut-out "
@@ -274,6 +278,8 @@ class RunConfig:
                               f"slices or a world region, not both")
         if self.band is not None and self.channels is not None:
             raise ConfigError(f"band: {self.band!r} and channels {self.channels!r} both choose channels; give one")
+        if self.per_rank_files and not self.output_dir:
+            raise ConfigError("per_rank_files: only applies with output_dir (run --output-dir); give both or neither")
         if self.min_overlap is not None and self.region_shape is None:
             raise ConfigError(f"min_overlap: {self.min_overlap!r} only applies with region_shape (s2p_setup's rule)")
 

@@ -121,7 +121,11 @@ def run(comm, cfg: RunConfig | Mapping | None = None, **options) -> RankResult:
         print(f"ingest: {job.layout.source}: shape {job.layout.shape} {job.layout.raw_dtype.str}, "
               f"{comm.Get_size()} rank(s); {job.grid_reason}", flush=True)
     regions, record, error = read_rank_regions(comm, cfg, job, job.read_source, job.method, "direct")
-    if cfg.output_dir and error is None:
+    if job.one_file is not None:
+        t_write = MPI.Wtime()
+        write_one_file(comm, job.one_file, regions, error)
+        record["phase_s"]["write"] = MPI.Wtime() - t_write
+    elif cfg.output_dir and error is None:
         t_write = MPI.Wtime()
         try:
             from ingest.outputs.subcubes import write_subcube
@@ -153,9 +157,37 @@ def run(comm, cfg: RunConfig | Mapping | None = None, **options) -> RankResult:
             report = ReportFacts(cfg, job).build(records, mode="direct", baseline=baseline,
                                                   regions=_flat(region_records))
         report["root"] = ledger().as_dict(report["aggregate"]["makespan_s"])
+        if job.one_file is not None:  # the ranks' outputs are one file: named once, not per rank
+            one = job.one_file
+            report["output_file"] = {"path": one.path, "box": [list(b) for b in one.box], "bytes": one.size_bytes}
         remember_job(job, report["aggregate"]["makespan_s"])
         publish_report(cfg, report)
     return RankResult(regions, record, report)
+
+
+def write_one_file(comm, one, regions, error: BaseException | None) -> None:
+    """Collective, `run --output-dir` of one named region (ingest.outputs.onefile): once every rank
+    has read, rank 0 makes the file under its temporary name; every rank writes its regions at
+    their offsets and syncs them; once every rank has, rank 0 renames it into place. A failure on
+    any rank is raised on every rank, and rank 0 removes the temporary file: nothing appears
+    under the final name."""
+    from ingest.outputs import onefile
+
+    all_agree_or_raise(comm, error)  # a rank's read failed: no file was made
+    try:
+        root_step(comm, onefile.create_one_file, one)
+        error = None
+        try:
+            for region in regions:
+                onefile.write_box(one, region.box, region.data)
+        except Exception as exc:  # noqa: BLE001 - raised on every rank below
+            error = exc
+        all_agree_or_raise(comm, error)
+        root_step(comm, onefile.publish_one_file, one)
+    except BaseException:
+        if comm.Get_rank() == 0:
+            onefile.discard_one_file(one)
+        raise
 
 
 def _flat(per_rank: list[list[dict]]) -> list[dict]:

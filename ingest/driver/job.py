@@ -6,6 +6,7 @@ is broadcast, so 25 ranks make one header fetch and one probe, not 25.
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, replace
 
@@ -74,6 +75,9 @@ class Job:
     # What the store answered (ingest.transports.storefacts: Server header, stored CRC32, a ranged
     # GET past the end), asked once by rank 0 for the report; None for a local file.
     store: dict | None = None
+    # `run --output-dir` of one named region: the one file every rank writes into
+    # (ingest.outputs.onefile.OneFile, planned by rank 0); None: a file per rank and region.
+    one_file: object | None = None
 
 
 def rank_transport_options(cfg: RunConfig, method: str, environment: Environment | None) -> dict:
@@ -291,16 +295,31 @@ def prepare_job(cfg: RunConfig, topology: Topology, staging: bool = False, rank_
     estimate_s = prediction.makespan_s
     if method == "presigned":
         read_source = ensure_lifetime(read_source, signer_args, 2 * estimate_s + 60.0, cfg)
-    if cfg.output_dir and rank_outputs:  # `run --output-dir`: one cut-out per rank and region
-        from ingest.outputs.subcubes import check_output_dir, output_ext, output_name
-
-        check_output_dir(cfg.output_dir, [output_name(r, regions[i], output_ext(layout))
-                                          for r, mine in enumerate(assignment) for i in mine])
     world = world_job_box(cfg, layout)
+    one_file = None
+    if cfg.output_dir and rank_outputs:  # `run --output-dir`
+        one_file = plan_outputs(cfg, layout, world.box if world is not None else _job_box(cfg, layout), regions,
+                                assignment)
     return Job(read_source, method, layout, info, grid_fits, reason, regions, assignment, settings, signer_args,
                estimate_s, prediction=prediction, shared_rounds=rounds, endpoint=endpoint, shape=shape,
                world_region=world.as_dict() if world is not None else None, environment=environment,
-               retry=retry_policy(cfg), store=store)
+               retry=retry_policy(cfg), store=store, one_file=one_file)
+
+
+def plan_outputs(cfg: RunConfig, layout: Layout, job_box, regions, assignment):
+    """Rank 0, `run --output-dir`: the one file of the job's region when the config names one
+    region (ingest.outputs.onefile.one_file_wanted), else None and a cut-out per rank and region;
+    the directory made ready for this run's names either way."""
+    from ingest.outputs.onefile import one_file_wanted, plan_one_file
+    from ingest.outputs.subcubes import check_output_dir, output_ext, output_name
+
+    if one_file_wanted(cfg):
+        one = plan_one_file(cfg.output_dir, layout, job_box)
+        check_output_dir(cfg.output_dir, [os.path.basename(one.path)])
+        return one
+    check_output_dir(cfg.output_dir, [output_name(r, regions[i], output_ext(layout))
+                                      for r, mine in enumerate(assignment) for i in mine])
+    return None
 
 
 def _tiled_job(cfg: RunConfig, index, index_name: str, read_source: str, method: str, info: ObjectInfo,
