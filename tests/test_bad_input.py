@@ -8,6 +8,7 @@ meet the problem, with direct calls where they are quicker and just as telling.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import subprocess
@@ -433,6 +434,16 @@ def test_prestage_frame_refuses_a_cube_in_an_extension(tmp_path):
     proc = ingest_cli(["prestage", "--source", path, "--hdu", "1", "--output-dir", out_dir, "--layout", "subcubes",
                        "--no-progress"])
     assert proc.returncode == 0, proc.stderr
+    # The suggested rerun's files hold the extension's data: every voxel, once, as astropy reads it.
+    want = fits.getdata(path, 1)
+    hits = np.zeros(want.shape, np.int32)
+    regions = json.loads((out_dir / "manifest.json").read_text())["regions"]
+    for region in regions:
+        box = tuple(slice(a, b) for a, b in region["box"])
+        got = fits.getdata(region["files"]["data"])
+        assert np.array_equal(got, want[box]) and got.dtype == want.dtype, region["box"]
+        hits[box] += 1
+    assert regions and (hits == 1).all()
 
 
 @pytest.mark.parametrize("template, names", [

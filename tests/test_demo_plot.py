@@ -47,10 +47,21 @@ def test_medians_ranges_and_the_floor(tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 100_000  # small enough to commit
 
 
-def test_a_report_without_a_baseline_adds_no_staging_point(tmp_path):
+def test_a_report_without_a_baseline_adds_no_staging_point(tmp_path, monkeypatch):
     points, copies, _ = demo_figure.demo_points([report("s3", 2, 0.5)])
     assert list(points) == ["direct s3"] and copies == []
     assert demo_figure._headline(demo_figure.summary(points)) == ""
-    demo_figure.plot_demo([report("s3", 2, 0.5)], str(tmp_path / "one.png"))
+    drawn = []  # the figure plot_demo closes, kept to look at what it drew
+    monkeypatch.setattr(demo_figure.plt, "close", drawn.append)
+    path = demo_figure.plot_demo([report("s3", 2, 0.5)], str(tmp_path / "one.png"))
+    assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    (ax,) = drawn[0].axes
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["direct s3 (n=1)"]  # no staging, no floor
+    (series,) = ax.containers  # one errorbar series: the direct point alone
+    data_line, caps, _ = series.lines
+    xs, ys = data_line.get_data()
+    assert list(xs) == [2] and list(ys) == [0.5]
+    assert [line for line in ax.lines if line is not data_line and line not in caps] == []  # no dotted floor
+    assert "staging" not in ax.get_title() and "ranks:" not in ax.get_title()
     with pytest.raises(demo_figure.IngestError, match="no report"):
         demo_figure.plot_demo([], str(tmp_path / "none.png"))

@@ -92,7 +92,13 @@ def test_stage_command_then_baseline_from_its_report(cube, s3_server, tmp_path):
     proc, _ = mpiexec(2, ["--source", cube["s3"], "--baseline", str(stage_report), "--report", str(report_path),
                           "--no-progress"], env)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(report_path.read_text())["speedup"] > 0
+    direct = json.loads(report_path.read_text())
+    # The baseline is the stage report's own (copy + read of the copy), and the speedup is its
+    # total over this run's makespan: the ratio of the two reports' figures, nothing else.
+    base = staged["baseline"]
+    assert base["total_s"] == pytest.approx(base["stage_s"] + base["read_makespan_s"])
+    assert direct["baseline"]["total_s"] == base["total_s"] and direct["baseline"]["stage_s"] == base["stage_s"]
+    assert direct["speedup"] == pytest.approx(base["total_s"] / direct["aggregate"]["makespan_s"], rel=1e-12)
 
 
 @pytest.mark.parametrize("mode", ["raise", "exit"])

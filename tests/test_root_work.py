@@ -87,11 +87,15 @@ def test_a_step_charges_rank_0_its_work_not_its_wait_for_late_ranks():
         time.sleep(0.05)
         return "planned"
 
+    t0 = time.perf_counter()
     assert root_step(_LateOthers(late_s=0.3), plan) == "planned"
+    elapsed_s = time.perf_counter() - t0
     root = ledger().as_dict(makespan_s=1.0)
     assert root["steps"] == 1
     assert root["waiting_s"] >= 0.3
-    assert 0.05 <= root["steps_s"] < 0.25 and root["own_s"] == root["steps_s"]
+    # Its work is the plan (at least its sleep), and work and wait are parts of the step, not both the wait.
+    assert root["steps_s"] >= 0.05 and root["steps_s"] + root["waiting_s"] <= elapsed_s
+    assert root["own_s"] == root["steps_s"]
     assert root["steps_cpu_s"] < root["steps_s"]  # a sleep costs no CPU
     assert root["by_step"] == {"plan": {"calls": 1, "s": root["steps_s"], "cpu_s": root["steps_cpu_s"]}}
 
@@ -136,9 +140,13 @@ def test_a_transfer_wait_spins_first_then_backs_off_to_its_own_cap():
         ready_at["looks"] += 1
         return ready_at["looks"] > 50
 
-    t0 = time.perf_counter()
-    quiet_wait(test, spins=50)
-    assert ready_at["looks"] == 51 and time.perf_counter() - t0 < 0.25  # 50 spins, no sleep
+    from ingest.driver import quiet
+
+    sleeps, real_sleep = [], quiet.time.sleep
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(quiet.time, "sleep", lambda s: (sleeps.append(s), real_sleep(s)))
+        quiet_wait(test, spins=50)
+    assert ready_at["looks"] == 51 and sleeps == []  # 50 spins, no sleep
     comm = _LateOthers(late_s=0.3)
     t_request = time.perf_counter()
     request = comm.Ibarrier()
@@ -148,6 +156,47 @@ def test_a_transfer_wait_spins_first_then_backs_off_to_its_own_cap():
     assert time.perf_counter() - t_request >= 0.3 and 0.25 <= waited_s <= time.perf_counter() - t_request
     # 10 spins, ~8 looks to 2 ms, then one every 2 ms: ~160 in 0.3 s (fewer on a loaded machine).
     assert 10 < comm.looks <= 200, comm.looks
+
+
+_LATE_RANK = """
+import json, sys, time
+from mpi4py import MPI
+from ingest.driver.mpi import root_step
+from ingest.driver.rootwork import ledger, start_ledger
+
+late_s = float(sys.argv[1])
+comm = MPI.COMM_WORLD
+start_ledger()
+comm.Barrier()
+if comm.Get_rank() == 1:
+    time.sleep(late_s)  # rank 1 comes to the step's collective late_s after rank 0
+
+def plan():
+    time.sleep(0.05)
+    return "x" * (8 << 20)  # a plan too large to be sent before its receiver is there
+
+t0 = time.perf_counter()
+got = root_step(comm, plan)
+elapsed_s = time.perf_counter() - t0
+if comm.Get_rank() == 0:
+    print(json.dumps({"got": len(got), "elapsed_s": elapsed_s, "root": ledger().as_dict(makespan_s=elapsed_s)}),
+          flush=True)
+"""
+
+
+def test_a_real_job_charges_rank_0_its_step_not_the_late_ranks_start():
+    # Real mpiexec, real collectives: rank 1 of 2 is made 2 s late by a sleep. Rank 0's step is
+    # the plan (a 0.05 s sleep, 8 MiB to broadcast); the 2 s go to waiting_s, not to its own work.
+    late_s = 2.0
+    proc, _ = mpiexec(2, [_LATE_RANK, str(late_s)], child_env(), python_args=("-c",))
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    out = json.loads(line)
+    root = out["root"]
+    assert out["got"] == 8 << 20 and root["steps"] == 1 and list(root["by_step"]) == ["plan"]
+    assert root["waiting_s"] >= 0.75 * late_s  # most of the injected delay, whatever the load
+    assert 0.05 <= root["steps_s"] < root["waiting_s"] and root["own_s"] == root["steps_s"]
+    assert root["steps_s"] + root["waiting_s"] <= out["elapsed_s"]
 
 
 _HANDOUT = """

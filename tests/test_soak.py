@@ -279,8 +279,28 @@ def test_ctrl_c_finishes_the_current_row_as_interrupted_and_prints_the_summary(s
     assert not processes(r["soak_id"])
 
 
-def test_example_soak_config_is_a_valid_run_config():
-    soak._check_run_args(["--config", os.path.join(ROOT, "configs", "soak.toml")])
+def test_example_soak_config_is_a_valid_run_config(tmp_path):
+    import tomllib
+
+    from ingest.config import add_run_arguments, config_from_args
+
+    path = os.path.join(ROOT, "configs", "soak.toml")
+    soak._check_run_args(["--config", path])  # soak's own check accepts it...
+    parser = argparse.ArgumentParser(add_help=False)
+    add_run_arguments(parser)
+    config = config_from_args(parser.parse_args(["--config", path]))
+    with open(path, "rb") as fh:
+        table = tomllib.load(fh)["run"]
+    in_units = {"chunk_bytes": 64 * 1024 * 1024, "bandwidth_bytes_per_s": 75e6}  # "64MiB", "75MB"
+    assert table["chunk_bytes"] == "64MiB" and table["bandwidth_bytes_per_s"] == "75MB"
+    for key, value in table.items():  # ...and every field of it is what `run` reads, none dropped
+        assert getattr(config, key) == in_units.get(key, value), key
+    assert config.output_dir is None and config.report is None  # soak sets --report; no files per attempt
+    # ...a check that reads the file: the same config with one field misspelled is refused, named
+    broken = tmp_path / "soak.toml"
+    broken.write_text(open(path).read().replace("threads = 8", "thread = 8"))
+    with pytest.raises(ConfigError, match="thread"):
+        soak._check_run_args(["--config", str(broken)])
 
 
 def test_an_mpi_singleton_in_the_soaking_process_does_not_break_the_launcher(tmp_path):

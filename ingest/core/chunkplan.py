@@ -27,7 +27,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ingest.core.chunks import ChunkIndex
-from ingest.core.lattice import UNLIMITED_GAP
 from ingest.core.cost import CostModel
 from ingest.errors import ConfigError, RegionError
 
@@ -213,17 +212,6 @@ def plan_chunks(index: ChunkIndex, box, *, gap_bytes: int, chunk_bytes: int, ite
     box_elements = math.prod(int(b) - int(a) for a, b in box)
     return _plan_present(index, present, missing, box_elements, gap_bytes=gap_bytes,
                          chunk_bytes=chunk_bytes, itemsize=itemsize)
-
-
-def best_gap_plan(index: ChunkIndex, box, cost: CostModel, threads: int, chunk_bytes: int, *,
-                  itemsize: int | None = None) -> ChunkPlan:
-    """Of the plans with gap 0, cost.gap_bytes and unlimited, the one cost.predict_s rates
-    fastest (ties: the smaller gap, which reads fewer unwanted bytes)."""
-    present, missing = chunks_for_box(index, box)
-    box_elements = math.prod(int(b) - int(a) for a, b in box)
-    plans = [_plan_present(index, present, missing, box_elements, gap_bytes=g, chunk_bytes=chunk_bytes,
-                           itemsize=itemsize) for g in (0, cost.gap_bytes, UNLIMITED_GAP)]
-    return min(plans, key=lambda p: p.predicted_s(cost, threads))
 
 
 def chunk_aligned_split(shape, chunk_shape, n_parts_per_axis, origin=None) -> tuple[list[tuple[int, int]], ...]:
