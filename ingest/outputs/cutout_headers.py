@@ -15,8 +15,8 @@ import re
 from astropy.io import fits
 from astropy.io.fits.card import _format_value  # astropy's own number formatting: the same bytes
 
-from ingest.outputs.subcubes import (NOT_FITS_TEXT, _check_box, _parsed_header, _source_label, card_error,
-                                     subcube_header)
+from ingest.formats.fits_cutout import NOT_FITS_TEXT, _parsed_header, card_error, subcube_header
+from ingest.formats.fits_cutout import check_box as _check_box, source_label as _source_label
 
 _BLOCK_BYTES = 2880
 _END = "END".ljust(80)
@@ -87,7 +87,7 @@ def _text_card(key: str, text: str, comment: str) -> str:
 
 def _history_text(layout, pairs) -> str:
     """The HISTORY line subcube_header adds (kept in step with it by the equality test)."""
-    from ingest.outputs.subcubes import _AXIS_LETTERS
+    from ingest.formats.fits_cutout import _AXIS_LETTERS
 
     box_text = " ".join(f"{letter}={a}:{b}" for letter, (a, b) in zip(_AXIS_LETTERS, reversed(pairs)))
     return (f"ingest: subcube {box_text} (0-based, half-open, FITS axis order) of {_source_label(layout)} "
