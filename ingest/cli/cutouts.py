@@ -21,16 +21,41 @@ def _cli(args) -> int:
 
         def command(comm, parsed):
             try:
-                cutouts(comm, root_step(comm, config_from_args, parsed))
+                report = cutouts(comm, root_step(comm, config_from_args, parsed))
             except Interrupted as stop:
                 return end_interrupted(comm, stop)
-            return 0
+            return nothing_cut(report)
 
         return run_or_abort(comm, command, args)
     except Interrupted as stop:  # while MPI started, or on the way out of run_or_abort
         return end_interrupted(comm, stop)
     finally:
         STOP.release()
+
+
+# A job that skipped every source made nothing a later step can use: it exits as a bad input does
+# (1, as main and run_or_abort end on an IngestError), its manifest and report written all the same.
+NOTHING_CUT_EXIT = 1
+
+
+def nothing_cut(report: dict | None) -> int:
+    """0, or, on rank 0 when every source of the catalogue was skipped, NOTHING_CUT_EXIT after
+    saying where the cube is (report["footprint"], in the catalogue's spectral terms) and why the
+    first skipped source was skipped."""
+    if report is None or not report["totals"]["sources"] or report["totals"]["skipped"] < report["totals"]["sources"]:
+        return 0
+    import sys
+
+    from ingest.sky.footprint import footprint_brief
+
+    first = min(report["skipped"], key=lambda e: e["row"])
+    lines = [f"every one of the catalogue's {report['totals']['sources']} sources was skipped: nothing was cut "
+             f"(manifest.json lists each with its reason)"]
+    if report.get("footprint") is not None:
+        lines += footprint_brief(report["footprint"], "the catalogue's").splitlines()
+    lines.append(f"e.g. row {first['row']} {first['name']!r}: {first['reason']}")
+    print("ingest: error: " + "\n  ".join(lines), file=sys.stderr, flush=True)
+    return NOTHING_CUT_EXIT
 
 
 def add_parser(sub) -> None:

@@ -20,6 +20,8 @@ from ingest.engine.autotune import hinted_cost
 from ingest.errors import ConfigError
 from ingest.formats.hdf5 import list_datasets
 from ingest.formats.reader import read_any_layout, read_any_layout_timed
+from ingest.sky.footprint import cube_footprint, footprint_text
+from ingest.sky.header import wcs_header
 from ingest.transports import describe_environment, open_transport
 from ingest.transports.storefacts import describe as describe_store, learn_store_facts
 from ingest.units import format_bytes
@@ -71,6 +73,8 @@ def _info(args) -> int:
         facts["engine"] = transport.engine
         if transport.name != "posix":  # what the store answers (docs/stores.md): 1-2 small requests
             facts["store"] = learn_store_facts(transport, past_end=cfg.probe).as_dict()
+    # Where the cube is: its sky footprint, spectral range and beam, from the header just read.
+    facts["footprint"] = cube_footprint(wcs_header(layout), layout.shape, getattr(layout, "beams", None))
     world = world_job_box(cfg, layout)  # `info --pos ...`: which box of this cube the region is
     if world is not None:
         facts["world_region"] = world.as_dict()
@@ -82,10 +86,12 @@ def _info(args) -> int:
         return 0
     datasets = facts.pop("datasets", None)
     store = facts.pop("store", None)
+    footprint = facts.pop("footprint")
     width = max(map(len, facts))
     for key, value in facts.items():
         extra = f"  ({format_bytes(value)})" if key.endswith("_bytes") and value is not None else ""
         print(f"{key:<{width}}  {value}{extra}")
+    print(footprint_text(footprint))
     if datasets is not None:
         _print_datasets(datasets)
     if store is not None:
@@ -314,7 +320,8 @@ def _whole(name: str, text: str) -> int:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("info", help="shape, dtype, header and data offsets, object size; an HDF5 file's datasets")
+    p = sub.add_parser("info", help="shape, dtype, header and data offsets, object size; where the cube is on the sky "
+                                    "and in frequency/velocity, its beam; an HDF5 file's datasets")
     add_run_arguments(p, "info", positional_source=True)
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--header", action="store_true", help="also print the header cards")

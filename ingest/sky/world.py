@@ -5,6 +5,8 @@ region means the same box everywhere (the rule: ingest.sky.pixels).
 """
 from __future__ import annotations
 
+from ingest.errors import RegionError
+from ingest.sky.footprint import where_the_cube_is
 from ingest.sky.header import wcs_header
 from ingest.sky.pixels import WorldBox, world_box
 from ingest.sky.regions import SkyCircle, SpectralRange, parse_band, parse_channels, parse_pos
@@ -25,7 +27,11 @@ def world_region_box(layout, *, pos=None, band=None, channels=None, frame: str =
         band = parse_band(band, convention=convention, rest=rest)
     if isinstance(channels, str):
         channels = parse_channels(channels)
-    return world_box(wcs_header(layout), tuple(layout.shape), pos=pos, band=band, channels=channels)
+    header, shape = wcs_header(layout), tuple(layout.shape)
+    try:
+        return world_box(header, shape, pos=pos, band=band, channels=channels)
+    except RegionError as exc:  # off the cube, say: the message says where the cube is (ingest.sky.footprint)
+        raise RegionError(f"{exc}{where_the_cube_is(header, shape, band)}") from None
 
 
 def config_world_box(cfg, layout) -> WorldBox | None:
