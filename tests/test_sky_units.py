@@ -166,3 +166,21 @@ def test_band_and_catalogue_messages_have_no_float_tails(tmp_path):
     (source,) = read_catalogue(str(freq), units={"freq": "MHz"}).sources
     assert source.problem("spectral") == "freq = -1.4173 GHz is not positive"
     assert not any(LONG_TAIL.search(text) for text in [*reasons, source.problem("spectral")])
+
+
+def test_an_off_cube_reason_rounds_its_region_and_band_for_people(velocity_cube):
+    """The region and band in a 'wholly off the cube' reason are rounded (159.17499999999998 deg
+    is 159.175 deg), while the region text recorded for a re-run still parses back exactly."""
+    from ingest.sky.header import wcs_header
+    from ingest.sky.pixels import world_boxes
+    from ingest.sky.regions import SkyCircle, parse_pos
+
+    with open_transport(velocity_cube, "posix", threads=1) as transport:
+        layout = read_layout(transport, 0)
+    far = SkyCircle(159.17499999999998, -30.000000000000004, 0.1 + 0.2)
+    far_band = SpectralRange(0.1 + 0.2, 1000.1 + 0.2, "km/s", "velocity")
+    off_sky, off_band = world_boxes(wcs_header(layout), layout.shape, [far, None], [None, far_band])
+    assert off_sky == "CIRCLE icrs 159.175 -30 0.3 deg: wholly off the cube" + off_sky.split("wholly off the cube")[1]
+    assert off_band.startswith("BAND 0.3 1000.3 km/s radio: wholly off the cube")
+    assert not any(LONG_TAIL.search(text) for text in (off_sky, off_band))
+    assert parse_pos(far.describe()) == far  # the exact form is kept where it must parse back

@@ -55,11 +55,17 @@ def readable(values, unit: str = "", joiner: str = "..") -> str:
         if not math.isfinite(value):
             text = str(value)
         elif unit == "deg":
-            text = f"{value:.{DEG_DECIMALS}f}".rstrip("0").rstrip(".")
+            text = degrees_text(value)
         else:
             text = f"{value:.{READABLE_DIGITS}g}"
         texts.append("0" if text == "-0" else text)
     return joiner.join(texts) + (f" {unit}" if unit else "")
+
+
+def degrees_text(value: float) -> str:
+    """An angle in degrees for people: to 1e-6 deg, trailing zeros dropped ('159.175')."""
+    text = f"{float(value):.{DEG_DECIMALS}f}".rstrip("0").rstrip(".")
+    return "0" if text == "-0" else text
 
 
 def bare_number(token: str) -> float | None:
@@ -129,12 +135,17 @@ class SpectralRange:
         return cls(float(lo.value), hi_value, _unit_text(lo.unit), kind,
                    convention if kind == "velocity" else None, _rest_hz(rest))
 
-    def describe(self) -> str:
-        text = f"BAND {number_text(self.lo)} {number_text(self.hi)} {self.unit}"
+    def describe(self, for_people: bool = False) -> str:
+        """SODA-like text that parses back to this band; `for_people`: its numbers rounded for a
+        message (readable), which need not parse back exactly."""
+        if for_people:
+            text = f"BAND {readable([self.lo, self.hi], self.unit, ' ')}"
+        else:
+            text = f"BAND {number_text(self.lo)} {number_text(self.hi)} {self.unit}"
         if self.kind == "velocity":
             text += f" {self.convention}"
         if self.rest_hz is not None:
-            text += f" rest={number_text(self.rest_hz)}Hz"
+            text += f" rest={readable(self.rest_hz, 'Hz')}" if for_people else f" rest={number_text(self.rest_hz)}Hz"
         return text
 
     def as_dict(self) -> dict:
@@ -160,7 +171,7 @@ class ChannelRange:
         object.__setattr__(self, "lo", lo)
         object.__setattr__(self, "hi", hi)
 
-    def describe(self) -> str:
+    def describe(self, for_people: bool = False) -> str:
         return f"CHANNEL {self.lo} {self.hi}"
 
     def as_dict(self) -> dict:

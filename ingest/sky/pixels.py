@@ -165,7 +165,7 @@ def world_boxes(header, shape, regions, bands) -> list[WorldBox | str]:
     sky_answers = {}
     if sky and axes.plane is None:
         for i in sky:
-            problems[i] = f"{regions[i].describe()}: {axes.sky_problem}"
+            problems[i] = f"{regions[i].describe(for_people=True)}: {axes.sky_problem}"
     elif sky:
         plane = axes.plane
         for i, answer in zip(sky, sky_boxes(plane, [regions[i] for i in sky])):
@@ -173,20 +173,20 @@ def world_boxes(header, shape, regions, bands) -> list[WorldBox | str]:
                 answer = (f"wholly off the cube: no pixel centre of its sky plane ({plane.nx} x {plane.ny} px, "
                           f"{axes.ctypes[axes.lng]}/{axes.ctypes[axes.lat]}) is in the region")
             if isinstance(answer, str):
-                problems[i] = f"{regions[i].describe()}: {answer} ({axes.describe()})"
+                problems[i] = f"{regions[i].describe(for_people=True)}: {answer} ({axes.describe()})"
             sky_answers[i] = answer
     spectral = [i for i, b in enumerate(bands) if b is not None]
     spectral_answers = {}
     if spectral and axes.spectral is None:
         for i in spectral:
-            problems[i] = problems[i] or f"{bands[i].describe()}: {axes.spectral_problem}"
+            problems[i] = problems[i] or f"{bands[i].describe(for_people=True)}: {axes.spectral_problem}"
     elif spectral:
         axis = axes.spectral
         for i, answer in zip(spectral, axis.channels([bands[i] for i in spectral])):
             if answer is None:
                 answer = f"wholly off the cube: no channel of its spectral axis ({axis.describe()}) is in it"
             if isinstance(answer, str):
-                problems[i] = problems[i] or f"{bands[i].describe()}: {answer} ({axes.describe()})"
+                problems[i] = problems[i] or f"{bands[i].describe(for_people=True)}: {answer} ({axes.describe()})"
             spectral_answers[i] = answer
     return [problems[i] or _assemble(axes, regions[i], bands[i], sky_answers.get(i), spectral_answers.get(i))
             for i in range(len(regions))]

@@ -34,7 +34,7 @@ import numpy as np
 from astropy.coordinates import Angle
 
 from ingest.errors import ConfigError
-from ingest.sky.bands import (CONVENTIONS, KINDS, ChannelRange, SpectralRange, bare_number, number_text,
+from ingest.sky.bands import (CONVENTIONS, KINDS, ChannelRange, SpectralRange, bare_number, degrees_text, number_text,
                               parse_band, parse_channels, rest_frequency_hz)
 
 __all__ = ["FRAMES", "KINDS", "CONVENTIONS", "SkyCircle", "SkyRange", "SkyPolygon", "SpectralRange",
@@ -155,8 +155,10 @@ class SkyCircle:
             raise ConfigError(f"circle radius {radius!r}: give an angle with a unit, e.g. 5 * u.arcmin")
         return cls(lon, lat, float(radius.to_value(u.deg)), frame)
 
-    def describe(self) -> str:
-        return f"CIRCLE {self.frame} {number_text(self.lon_deg)} {number_text(self.lat_deg)} {number_text(self.radius_deg)} deg"
+    def describe(self, for_people: bool = False) -> str:
+        """Text that parses back to this region; `for_people`: degrees to 1e-6 for a message."""
+        num = degrees_text if for_people else number_text
+        return f"CIRCLE {self.frame} {num(self.lon_deg)} {num(self.lat_deg)} {num(self.radius_deg)} deg"
 
     def as_dict(self) -> dict:
         return {"shape": "circle", **asdict(self), "text": self.describe()}
@@ -201,9 +203,11 @@ class SkyRange:
         """True when every longitude is in the range."""
         return self.lon_max_deg - self.lon_min_deg >= 360.0
 
-    def describe(self) -> str:
+    def describe(self, for_people: bool = False) -> str:
+        """Text that parses back to this region; `for_people`: degrees to 1e-6 for a message."""
+        num = degrees_text if for_people else number_text
         values = (self.lon_min_deg, self.lon_max_deg, self.lat_min_deg, self.lat_max_deg)
-        return f"RANGE {self.frame} " + " ".join(number_text(v) for v in values) + " deg"
+        return f"RANGE {self.frame} " + " ".join(num(v) for v in values) + " deg"
 
     def as_dict(self) -> dict:
         return {"shape": "range", **asdict(self), "text": self.describe()}
@@ -236,8 +240,10 @@ class SkyPolygon:
             raise ConfigError(f"{what}: {problem}")
         object.__setattr__(self, "vertices_deg", vertices)
 
-    def describe(self) -> str:
-        values = " ".join(f"{number_text(lon)} {number_text(lat)}" for lon, lat in self.vertices_deg)
+    def describe(self, for_people: bool = False) -> str:
+        """Text that parses back to this region; `for_people`: degrees to 1e-6 for a message."""
+        num = degrees_text if for_people else number_text
+        values = " ".join(f"{num(lon)} {num(lat)}" for lon, lat in self.vertices_deg)
         return f"POLYGON {self.frame} {values} deg"
 
     def as_dict(self) -> dict:
