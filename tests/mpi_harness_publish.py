@@ -12,13 +12,13 @@ import sys
 
 from mpi4py import MPI
 
-import ingest.driver.publish  # noqa: F401 - patched by name below (ingest.driver's `publish` is the function)
+import ingest.driver.publish.job  # noqa: F401 - patched by name below (the module whose crowded() reads it)
 import ingest.staging.multipart as multipart
 from ingest.cli.main import main
 
 mode, args = sys.argv[1], sys.argv[2:]
 if mode == "crowded":
-    sys.modules["ingest.driver.publish"].CROWDED_RANKS_PER_CORE = 0
+    sys.modules["ingest.driver.publish.job"].CROWDED_RANKS_PER_CORE = 0
 elif MPI.COMM_WORLD.Get_rank() == int(mode):
     real = multipart.PartUploader.put
 

@@ -254,7 +254,7 @@ def test_rounds_data_path_rebuilds_the_object_byte_for_byte(case, dtype, part_it
     messages and landed at the receive runs, metadata copied), equals the object's bytes."""
     from types import SimpleNamespace
 
-    from ingest.driver.publish_rounds import Holding, Rounds, chunks, spans
+    from ingest.driver.publish.rounds import Holding, Rounds, chunks, spans
     from ingest.outputs.publish_inputs import RegionData
 
     shape, grid, halo = case

@@ -131,7 +131,7 @@ def test_a_waiting_rank_looks_less_often_the_longer_it_waits():
 def test_a_transfer_wait_spins_first_then_backs_off_to_its_own_cap():
     # publish's exchange waits on transfers that move only while polled: it looks back to back
     # first, then sleeps no more than its cap (2 ms), where a status wait sleeps up to 20 ms.
-    from ingest.driver.publish_rounds import TRANSFER_POLL_MAX_S
+    from ingest.driver.publish.rounds import TRANSFER_POLL_MAX_S
 
     assert quiet_poll_s(60.0, TRANSFER_POLL_MAX_S) == TRANSFER_POLL_MAX_S < QUIET_POLL_MAX_S
     ready_at = {"looks": 0}

@@ -76,7 +76,7 @@ class RankStats:
     failure_kinds: dict = field(default_factory=dict)
     # When this rank reached each step (time.time(), seconds since the epoch: comparable across
     # nodes whose clocks agree), its first part's request and its last part's end; the report shows them
-    # from rank 0's start (driver.publish.timeline).
+    # from rank 0's start (driver.publish.job.timeline).
     marks: dict = field(default_factory=dict)
     records: list = field(default_factory=list)  # staging.multipart.PartRecord of the parts it aggregated
     errors: list = field(default_factory=list)

@@ -1,8 +1,8 @@
 """`python -m ingest publish` and `ingest.publish(comm, dest, regions)`: the ranks' regions written
 back as one FITS object (or one contiguous HDF5 dataset) by a multipart upload.
 
-Protocol. Rank 0 plans (ingest.driver.publish_plan) and creates the upload; the ranks run the
-two-phase rounds (ingest.driver.publish_rounds); rank 0 gathers the parts' ETags and checksums
+Protocol. Rank 0 plans (ingest.driver.publish.plan) and creates the upload; the ranks run the
+two-phase rounds (ingest.driver.publish.rounds); rank 0 gathers the parts' ETags and checksums
 and completes the upload with them in order, then checks the stored object by a HEAD: its size,
 its ETag against the MD5s of the parts sent, and the composite CRC32 where the store returns one
 (ingest.staging.integrity); a mismatch deletes it. Nothing is visible at the key until that
@@ -37,8 +37,8 @@ from ingest.core.sharing import Topology
 from ingest.driver.mpi import RootStepFailed, all_agree_or_raise, placement, root_step
 from ingest.driver.quiet import quiet_allgather, quiet_barrier, quiet_bcast, quiet_wait
 from ingest.driver.rootwork import building_report, gather_to_root, ledger, start_ledger
-from ingest.driver.publish_plan import Plan, make_plan, options_for_store, uses_presigned
-from ingest.driver.publish_rounds import Holding, Rounds
+from ingest.driver.publish.plan import Plan, make_plan, options_for_store, uses_presigned
+from ingest.driver.publish.rounds import Holding, Rounds
 from ingest.config.settings import retry_policy
 from ingest.core.regions import assign_regions
 from ingest.errors import ConfigError, IngestError, RegionError
@@ -331,8 +331,8 @@ def _complete(cfg: RunConfig, plan: Plan, upload, per_rank_records) -> dict:
 
 
 def _memory_bound(cfg: RunConfig, plan: Plan) -> int:
-    """A rank's buffers: parts_in_flight parts plus the one send buffer (publish_rounds)."""
-    from ingest.driver.publish_rounds import MESSAGE_BYTES
+    """A rank's buffers: parts_in_flight parts plus the one send buffer (publish.rounds)."""
+    from ingest.driver.publish.rounds import MESSAGE_BYTES
 
     return min(cfg.parts_in_flight, len(plan.rounds)) * plan.part_bytes + min(MESSAGE_BYTES, plan.part_bytes)
 
