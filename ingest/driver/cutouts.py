@@ -7,26 +7,27 @@ ranks in contiguous stretches balanced by bytes, along the axis whose stripes th
 predicts streamed soonest (`core.cutstripes.choose_split`). Each rank then streams its stripe
 once, band by band (`cutout_rank`), handing on each cut-out as the read passes its last plane,
 written whole or not at all. Rank 0 gathers the records into manifest.json and the report, with
-which reading each rank chose and why.
+which reading each rank chose and why. A collection of tile cubes as the source (a glob, a prefix
+ending in '/', @FILE) is prepared and cut by `cutout_tiles`: each source from the tile the rule picks.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from mpi4py import MPI
 
 from ingest.buffers import resident_bytes, return_freed_heap
+from ingest.collection.spec import is_collection
 from ingest.config import RunConfig
 from ingest.config.settings import configured_settings, retry_policy, transport_options, tunable
 from ingest.core.cutplan import box_selection, rank_share_box
 from ingest.core.cutstripes import choose_split, rank_budget_bytes
 from ingest.core.sharing import RankLoad, predict_job
-from ingest.core.lattice import UNLIMITED_GAP
 from ingest.core.linkprobe import LATENCY_THREADS
 from ingest.driver import cutout_sinks as sinks
 from ingest.driver.cutout_progress import Progress, Reporter
+from ingest.driver.cutout_job import Catalogue, CutoutJob, gap_bytes, outputs_cube
 from ingest.driver.cutout_rank import cut_rank
 from ingest.driver.cutout_sources import sources_and_request
+from ingest.driver.cutout_tiles import TilesJob, cut_tiles, prepare_tiles
 from ingest.driver.job import tune_for_job
 from ingest.driver.mpi import Handout, all_agree_or_raise, root_step, topology
 from ingest.driver.probe_rounds import root_step_with_crew
@@ -35,7 +36,7 @@ from ingest.driver.rootwork import building_report, gather_to_root, ledger, prel
 from ingest.driver.source import ensure_lifetime, ready_to_read, resolve_source
 from ingest.formats.reader import read_any_layout_timed
 from ingest.outputs import cutouts as outputs
-from ingest.outputs.report import cube_from_layout, write_report
+from ingest.outputs.report import write_report
 from ingest.transports import open_transport
 
 REPORT_SCHEMA = "ingest.cutouts-report/1"
@@ -45,56 +46,13 @@ ROOT_MODULES = ("astropy.io.fits", "astropy.table", "astropy.wcs", "astropy.coor
                 "ingest.outputs.cutout_headers")
 
 
-@dataclass(frozen=True)
-class CutoutJob:
-    """What rank 0 decides once and broadcasts. Each rank's own sources are scattered beside it
-    and the catalogue stays on rank 0 (`Catalogue`): a rank holds its share of the sources, not
-    every row (BENCHMARKS, "Where the 10,000-source cut-outs' memory goes")."""
-
-    read_source: str
-    method: str
-    layout: object
-    info: object
-    signer_args: tuple | None
-    settings: object
-    n_todo: int  # cut-outs to make now, over all ranks
-    max_gap_bytes: int
-    split_axis: int  # numpy axis the ranks' stripes are cut along
-    plan_choice: str  # the split over ranks, and why, in words (each rank adds its bands')
-    topology: object  # the ranks' nodes and machines, which the prediction prices
-
-    @property
-    def ext(self) -> str:
-        return ".h5" if self.layout.kind == "hdf5" else ".fits"
-
-
-@dataclass(frozen=True)
-class Catalogue:
-    """Rank 0's own part of the job: what the manifest and the report need of the rows no rank
-    cuts now. The cut-outs' own rows are the ranks' (rank 0's share among them), not kept twice."""
-
-    n_sources: int  # rows of the catalogue
-    n_clipped: int  # sources whose box the cube's edge clipped
-    skipped: tuple  # manifest entries of the sources with no box, with their reasons
-    kept: tuple  # manifest entries of cut-outs an earlier run left whole for the same request
-    n_recut: int  # cut-outs an earlier run left whole, cut again because their request changed
-    request: dict  # the job's part of every source's request, as the manifest's head records it
-
-
-def gap_bytes(cfg: RunConfig, settings) -> int:
-    """The largest gap between two cut-outs' runs that one request reads over: the config's, else
-    what its strategy implies (small: none; large and intermediate: any), else the cost model's
-    break-even gap (a request's latency x bandwidth), whatever plan the tuner chose for one box."""
-    if cfg.max_gap_bytes is not None:
-        return cfg.max_gap_bytes
-    return {"small": 0, "large": UNLIMITED_GAP, "intermediate": UNLIMITED_GAP}.get(cfg.strategy,
-                                                                                  settings.cost.gap_bytes)
-
-
 def prepare(cfg: RunConfig, topology, crew=None) -> Handout:
     """Rank 0: header, catalogue, boxes, what is already done, the link (and, with `crew`, what
     the ranks share: as `run` measures it), and the split over ranks: the CutoutJob for all, each
-    rank's contiguous stretch of sources in object order, and the Catalogue for rank 0."""
+    rank's contiguous stretch of sources in object order, and the Catalogue for rank 0. A
+    collection of tiles (ingest.collection) goes to driver.cutout_tiles.prepare_tiles."""
+    if is_collection(cfg.source):
+        return prepare_tiles(cfg, topology, crew)
     sinks.check_outputs(cfg)
     method, read_source, signer_args = resolve_source(cfg)
     if method == "presigned":
@@ -129,12 +87,6 @@ def prepare(cfg: RunConfig, topology, crew=None) -> Handout:
     return Handout(job, per_rank, catalogue)
 
 
-def outputs_cube(layout, info) -> dict:
-    """The cube's identity as the manifest records it."""
-    return {"name": layout.source, "object_bytes": info.object_bytes, "etag": info.etag,
-            "last_modified": info.last_modified}
-
-
 def cutouts(comm, cfg: RunConfig) -> dict | None:
     """The whole job on every rank of `comm`; rank 0 returns the report, the others None."""
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -154,7 +106,8 @@ def cutouts(comm, cfg: RunConfig) -> dict | None:
     budget_bytes = rank_budget_bytes(cfg.cutout_batch_bytes, resident, rank)
     t0 = MPI.Wtime()
     try:
-        entries, record = cut_rank(comm, cfg, job, mine, progress=(bar.mine if bar else reporter.send),
+        cut = cut_tiles if isinstance(job, TilesJob) else cut_rank
+        entries, record = cut(comm, cfg, job, mine, progress=(bar.mine if bar else reporter.send),
                                    budget_bytes=budget_bytes)
     except Exception as exc:  # noqa: BLE001 - every rank learns of it below
         error = exc
@@ -171,13 +124,14 @@ def cutouts(comm, cfg: RunConfig) -> dict | None:
     with building_report():  # the manifest too: rank 0 writes it for every rank
         done = [e for es, _, _ in gathered for e in es]
         report = _report(cfg, job, catalogue, done, [r for _, r, _ in gathered], makespan_s, prep_s)
-        if catalogue.n_sources and len(catalogue.skipped) == catalogue.n_sources:  # nothing cut: where the cube is
+        if catalogue.n_sources and len(catalogue.skipped) == catalogue.n_sources and not isinstance(job, TilesJob):
+            # nothing cut: where the cube is (a collection's reasons name the nearest tiles)
             from ingest.sky.footprint import requests_footprint
             from ingest.sky.header import wcs_header
 
             report["footprint"] = requests_footprint(wcs_header(job.layout), job.layout.shape, getattr(
                 job.layout, "beams", None), [e.get("region") for e in catalogue.skipped])
-        manifest = {"schema": outputs.SCHEMA, "cube": outputs_cube(job.layout, job.info),
+        manifest = {"schema": outputs.SCHEMA, "cube": job.manifest_cube(),
                     "request": catalogue.request,
                     "sources": sorted(done + list(catalogue.kept) + report["skipped"], key=lambda e: e["row"])}
         report["manifest"] = sinks.write_manifest(cfg, manifest)
@@ -195,7 +149,7 @@ def _report(cfg, job: CutoutJob, catalogue: Catalogue, done, records, makespan_s
     wire = sum(r["bytes_wire"] for r in records)
     n = max(1, len(done))
     return {
-        "schema": REPORT_SCHEMA, "config": cfg.to_report_dict(), "cube": cube_from_layout(job.layout),
+        "schema": REPORT_SCHEMA, "config": cfg.to_report_dict(), "cube": job.report_cube(),
         "makespan_s": makespan_s, "rank0_prepare_s": prep_s,
         "settings": {"threads": job.settings.threads, "chunk_bytes": job.settings.chunk_bytes,
                      "max_gap_bytes": job.max_gap_bytes, "band_budget_bytes": cfg.cutout_batch_bytes,
@@ -205,7 +159,7 @@ def _report(cfg, job: CutoutJob, catalogue: Catalogue, done, records, makespan_s
                  "bands": sum(len(r.get("bands", ())) for r in records),
                  "modes": {m: sum(1 for r in records for b in r.get("bands", ()) if b["mode"] == m)
                            for m in ("stream", "spans")},
-                 "read_share_of_data": wire / max(1, job.layout.data_bytes),
+                 "read_share_of_data": wire / max(1, job.data_bytes),
                  "buffer_bytes_max": max((r.get("buffer_bytes_max", 0) for r in records), default=0)},
         "totals": {"sources": catalogue.n_sources, "done": len(done), "recut": catalogue.n_recut,
                    "new": len(done) - catalogue.n_recut, "kept": len(catalogue.kept), "skipped": len(skipped),
