@@ -38,7 +38,10 @@ SLACK = 1.1  # HTB meters IP bytes in bursts; a rate above cap x 1.1 means the c
 WINDOW_S = 0.5  # rates over windows this long: HTB lets one frame through at once, at most a 64 KiB
 #                 GSO frame, 3 % of such a window at these caps
 BALANCE = 0.8  # nodes behind a fair store egress move at the same rate (0.99 measured)
-FLOOR = 0.3  # the binding cap is reached at least this well (0.95 measured): not off by 8 (bits)
+# The binding cap is reached, not off by 8 (a rate in bits where bytes were meant): a link capped at
+# cap / 8 never shows more than cap / 8 x SLACK over a window, so a peak above that is physics, not
+# a measured figure (0.95 of the cap on a quiet machine; a loaded one offers the link less).
+FLOOR = SLACK / 8
 
 
 @pytest.fixture(scope="module")
@@ -111,11 +114,11 @@ def run_exact_capped_and_gone(cube, tmp_path, bound, launcher="mpiexec", while_u
     print(f"store: carried {meter.carried('store')} B, at most {store_peak / 1e6:.2f} MB/s over {WINDOW_S} s "
           f"(egress cap {store / 1e6:g})")
     assert store_peak <= store * SLACK
-    # the binding cap was reached, over a window as long
+    # the binding cap was reached, over a window as long, beyond what a cap in bits could carry
     if bound == "nic":
-        assert min(meter.peak_rate(node, WINDOW_S) for node in cluster.nodes) >= FLOOR * nic
+        assert min(meter.peak_rate(node, WINDOW_S) for node in cluster.nodes) > FLOOR * nic
     else:
-        assert store_peak >= FLOOR * store
+        assert store_peak > FLOOR * store
         # The store's egress is shared fairly among the nodes (spec.queue "fair"): while both read,
         # each got an equal share.
         carried, both_s = meter.shares(cluster.nodes)
