@@ -1,4 +1,5 @@
-"""The one configuration: `RunConfig` (run.py), validated once, with every field's metadata;
+"""The one configuration: `RunConfig` (fields.py: the field table, each field with its metadata;
+checks.py: a value checked by its field's kind; run.py: defaults < TOML file < command line),
 its command-line spelling (arguments.py); and the read settings resolved from it (settings.py).
 """
 from ingest.config.arguments import (add_run_arguments, add_setting_arguments, config_from_args, setting_values,
