@@ -121,3 +121,56 @@ def test_cutouts_over_an_s3_glob_on_four_ranks_cut_each_source_from_the_rules_ti
     for name in mtimes:
         changed = os.stat(out / name).st_mtime_ns != mtimes[name]
         assert changed == (name[:-len(".fits")] in on_t), name
+
+
+def _requests(survey):
+    return cutout_requests(read_catalogue(survey.catalogue_path, frame="icrs"), parse_size(survey.size),
+                           rest_hz=REST_HZ)
+
+
+def test_run_pos_band_over_a_collection_reads_the_rules_tile_and_says_which(survey, field, s3_server, tmp_path):
+    expected = _expected(survey)
+    # A source whole in two tiles whose rule picks the second: the first tile would be a wrong answer.
+    r = next(r for r in _requests(survey) if r.name.startswith("overlap2") and expected[r.name][0] == 1)
+    t, box = expected[r.name]
+    out = tmp_path / "out"
+    args = ["run", "--source", field, "--pos", r.pos.describe(), "--band", r.band.describe(), "--output-dir", out,
+            "--report", tmp_path / "r.json", "--no-probe"]
+    proc, _ = mpiexec(2, args, child_env(s3_server), timeout_s=240)
+    assert proc.returncode == 0, proc.stderr
+    name = _key(field, survey.tiles[t])
+    assert f"tile {name} (whole" in proc.stdout
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["cube"]["source"] == name, report["cube"]
+    files = [n for n in os.listdir(out) if n.endswith(".fits")]
+    assert len(files) == 1
+    _check_cutout(out / files[0], survey, t, box)
+    # Off every tile: an error with the rule's reason, nothing written.
+    off = next(r for r in _requests(survey) if expected[r.name] is None)
+    proc = cli(["run", "--source", field, "--pos", off.pos.describe(), "--band", off.band.describe(), "--output-dir",
+                tmp_path / "off", "--no-probe"], child_env(s3_server))
+    assert proc.returncode != 0 and "off every tile of the collection" in proc.stderr
+
+
+def test_open_of_a_glob_cuts_each_source_from_the_rules_tile(survey, field, s3_env, tmp_path):
+    import ingest
+    from astropy.coordinates import SkyCoord
+
+    from ingest.errors import RegionError
+
+    expected = _expected(survey)
+    with ingest.open(field) as tiles:
+        assert [t.source for t in tiles.tiles] == [_key(field, t) for t in survey.tiles]
+        for r in _requests(survey):
+            center = SkyCoord(r.pos.lon_deg, r.pos.lat_deg, unit="deg")
+            spectral = tuple(v * u.Unit(r.band.unit) for v in (r.band.lo, r.band.hi))
+            if expected[r.name] is None:
+                with pytest.raises(RegionError, match="off every tile of the collection"):
+                    tiles.cutout(center, r.pos.radius_deg * u.deg, spectral)
+                continue
+            t, box = expected[r.name]
+            cut = tiles.cutout(center, r.pos.radius_deg * u.deg, spectral)
+            assert cut.box == box, r.name
+            path = tmp_path / f"{r.name}.fits"
+            cut.writeto(str(path))
+            _check_cutout(path, survey, t, box)

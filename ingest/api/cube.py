@@ -45,6 +45,7 @@ from ingest.transports.cached import CachedTransport
 from ingest.transports.retry import RetryPolicy
 from ingest.units import MiB, format_bytes, parse_bytes
 from ingest.api.options import TRANSPORT_OPTIONS, keyword_names, refuse_unknown
+from ingest.collection.spec import is_collection
 
 # Transport options that are live objects, never pickled: a boto3 client holds credentials and a
 # connection pool, a re-signing callable may close over keys. An unpickled cube goes without them.
@@ -566,9 +567,18 @@ def open(
                         (posix O_DIRECT), direct_buffer_bytes
 
     An unknown option is a TypeError naming the closest valid one; a bad value a ConfigError
-    naming its unit. See RemoteCube for what the cube offers.
+    naming its unit. See RemoteCube for what the cube offers. A collection of tile cubes (a glob
+    such as "s3://survey/field/*.fits", a prefix ending in "/", or "@FILE") opens as an
+    ingest.api.collection.CubeCollection, whose cutout(...) cuts from the tile the rule picks.
     """
     refuse_unknown("ingest.open", transport_options, TRANSPORT_OPTIONS + _OPEN_NAMES)
+    if is_collection(os.fspath(source)):  # a glob, a prefix ending in '/', @FILE: ingest.api.collection
+        from ingest.api.collection import open_cube_collection
+
+        return open_cube_collection(os.fspath(source), open, hdu=hdu, dataset=dataset, method=method, threads=threads,
+                                    chunk_bytes=chunk_bytes, strategy=strategy, max_gap_bytes=max_gap_bytes,
+                                    probe=probe, cost=cost, retry=retry, native_byteorder=native_byteorder,
+                                    cache=cache, **transport_options)
     live = {k: v for k, v in transport_options.items() if k in _LIVE_OPTIONS and v is not None}
     settings = {k: v for k, v in transport_options.items() if k in _CONFIG_FIELDS}
     extra = tuple(sorted((k, v) for k, v in transport_options.items()

@@ -24,6 +24,7 @@ from ingest.core.sharing import JobPrediction, RankLoad, Topology, predict_job
 from ingest.engine import linkcache
 from ingest.engine.autotune import data_span, first_look_bytes
 from ingest.driver.rootwork import Clock, note_measuring
+from ingest.driver.run_tile import run_tile_config
 from ingest.driver.source import ensure_lifetime, resolve_source
 from ingest.errors import ConfigError
 from ingest.formats.reader import read_any_layout_timed
@@ -259,6 +260,7 @@ def prepare_job(cfg: RunConfig, topology: Topology, staging: bool = False, rank_
     bytes), probe and tune (with `crew`, the other ranks waiting in ingest.driver.probe_rounds,
     also what they share), decompose the cube, predict the job, check the URL's lifetime
     against the prediction, check the output directory."""
+    cfg = run_tile_config(cfg)  # a collection of tiles: the tile the rule picks for the region
     n_ranks = topology.n_ranks
     method, read_source, signer_args = resolve_source(cfg)
     if method == "presigned":
