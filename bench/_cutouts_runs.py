@@ -115,6 +115,7 @@ def ingest_cutouts(env: common.BenchEnv, cube: common.Cube, profile: str, catalo
             "bytes_wire_per_source": totals["bytes_wire_per_source"],
             "work_s": report["rank0_prepare_s"] + report["makespan_s"] + (report.get("rank0_gather_s") or 0.0),
             "wall_per_source_s": wall_s / done_n, "makespan_per_source_s": report["makespan_s"] / done_n,
+            "cutouts_per_s": totals["done"] / wall_s,
             "bands": sum(len(r.get("bands", ())) for r in report["ranks"]), "plan_modes": report["plan"].get("modes"),
             "memory_bound_bytes": bound, "peak_rss_max_bytes": max(peaks), "peak_rss_bytes_per_rank": peaks,
             "peak_over_bound": max(peaks) / (bound + SLACK_BYTES), "out_dir": out_dir}
@@ -135,7 +136,7 @@ def staging_baseline(env: common.BenchEnv, cube: common.Cube, profile: str, boxe
     got = _json_child(env, profile, cmd, timeout_s, info)
     if got["status"] == "ok":
         got.update(work_s=got["stage_s"] + got["cut_s"], wall_per_source_s=got["wall_s"] / max(1, len(boxes)),
-                   out_dir=out_dir)
+                   cutouts_per_s=got["files"] / got["wall_s"], out_dir=out_dir)
     return got
 
 
@@ -190,6 +191,7 @@ def astropy_loop(url: str, sample: list, work_dir: str, cube_path: str, info: di
     n = max(1, len(times))
     return {"status": "ok", "sampled": len(times), "per_source_s": sum(times) / n,
             "per_source_min_s": min(times, default=0.0), "per_source_max_s": max(times, default=0.0),
+            "cutouts_per_s": len(times) / sum(times) if times else None,
             "requests_per_source": requests / n, "bytes_wire_per_source": wire / n, "verified": same,
             "per_source_times_s": times}
 
