@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -94,9 +95,9 @@ class SpanPlan:
     def n_requests(self) -> int:
         return len(self.request_starts)
 
-    @property
+    @cached_property
     def buffer_positions(self) -> np.ndarray:
-        """Where each span starts in the buffer."""
+        """Where each span starts in the buffer (computed once: every box gathered asks)."""
         sizes = self.span_stops - self.span_starts
         return np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
 
@@ -166,6 +167,20 @@ def plan_spans(layout: Layout, boxes, *, max_gap_bytes: int, chunk_bytes: int) -
 def gather_box(plan: SpanPlan, buffer: np.ndarray, layout: Layout, box: Box) -> np.ndarray:
     """A box's raw stored bytes from the filled buffer, as a C-order array of layout.raw_dtype."""
     lat = lattice_for(layout, box_selection(box, layout.shape))
+    first = lat.base
+    last = first + sum((count - 1) * stride for count, stride in zip(lat.counts, lat.strides))
+    k = int(np.searchsorted(plan.span_starts, first, side="right")) - 1
+    if k >= 0 and last + lat.run_bytes <= plan.span_stops[k]:
+        # The first and the last run in one span, so every run between them (the offsets rise in C
+        # order): the box is a view of the buffer, or one strided copy of it, found without listing
+        # each run's offset (most of a small cut-out's gathering).
+        at0 = int(plan.buffer_positions[k] + (first - plan.span_starts[k]))
+        shape = tuple(b - a for a, b in box)
+        if last - first == (lat.n_runs - 1) * lat.run_bytes:  # the runs end to end
+            return buffer[at0: at0 + lat.n_runs * lat.run_bytes].view(layout.raw_dtype).reshape(shape)
+        view = np.lib.stride_tricks.as_strided(buffer[at0:], shape=lat.counts + (lat.run_bytes,),
+                                               strides=lat.strides + (1,), writeable=False)
+        return np.ascontiguousarray(view).view(layout.raw_dtype).reshape(shape)
     offsets = run_offsets(lat)
     span_of = np.searchsorted(plan.span_starts, offsets, side="right") - 1
     if np.any(span_of < 0) or np.any(offsets + lat.run_bytes > plan.span_stops[span_of]):
@@ -174,12 +189,6 @@ def gather_box(plan: SpanPlan, buffer: np.ndarray, layout: Layout, box: Box) -> 
     shape = tuple(b - a for a, b in box)
     if len(at) == 1 or np.all(np.diff(at) == lat.run_bytes):  # one stretch of the buffer
         return buffer[at[0]: at[0] + len(at) * lat.run_bytes].view(layout.raw_dtype).reshape(shape)
-    if span_of[0] == span_of[-1]:
-        # Every run in one span: the runs keep the object's strides in the buffer, so the box is a
-        # strided view of it, copied in one pass (no index array of every voxel).
-        view = np.lib.stride_tricks.as_strided(buffer[at[0]:], shape=lat.counts + (lat.run_bytes,),
-                                               strides=lat.strides + (1,), writeable=False)
-        return np.ascontiguousarray(view).view(layout.raw_dtype).reshape(shape)
     item = layout.itemsize
     if np.all(at % item == 0):  # runs start on whole voxels of the buffer: index voxels, not bytes
         voxels = buffer[: len(buffer) - len(buffer) % item].view(layout.raw_dtype)
