@@ -174,3 +174,33 @@ def test_open_of_a_glob_cuts_each_source_from_the_rules_tile(survey, field, s3_e
             path = tmp_path / f"{r.name}.fits"
             cut.writeto(str(path))
             _check_cutout(path, survey, t, box)
+
+
+def test_info_and_plan_of_a_collection_count_sources_per_tile_in_overlaps_and_off(survey, tmp_path):
+    glob = os.path.join(os.path.dirname(survey.catalogue_path), "*.fits")
+    env = child_env()
+    proc = cli(["info", glob, "--json"], env)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert [(t["name"], tuple(t["shape"])) for t in info["tiles"]] == [(t.path, t.shape) for t in survey.tiles]
+    for row, tile in zip(info["tiles"], survey.tiles):
+        assert row["centre_icrs_deg"] == pytest.approx([tile.ra_deg, tile.dec_deg], abs=1e-9)
+    proc = cli(["plan", glob, "--catalogue", survey.catalogue_path, "--size", survey.size, "--ranks", "4", "--json"],
+               env)
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    # Astropy's answers per tile: the picked tile's count, the sources two tiles or more hold, those off all.
+    requests = _requests(survey)
+    answers = {}
+    for r in requests:
+        lo_hz, hi_hz = (np.array([r.band.lo, r.band.hi]) * u.Unit(r.band.unit)).to_value(u.Hz)
+        answers[r.name] = [_oracle_tile(t.path, r.pos.lon_deg, r.pos.lat_deg, r.pos.radius_deg, lo_hz, hi_hz)
+                           for t in survey.tiles]
+    picks = [_oracle_pick(a) for a in answers.values()]
+    assert [row["sources"] for row in plan["tiles"]] == [picks.count(t) for t in range(len(survey.tiles))]
+    c = plan["catalogue"]
+    assert c["in_overlaps"] == sum(sum(x is not None for x in a) >= 2 for a in answers.values()) > 0
+    assert c["off_every_tile"] == picks.count(None) > 0 and c["cut"] == len(picks) - picks.count(None)
+    assert c["prediction"]["makespan_s"] > 0 and c["prediction"]["ranks"] == 4 and c["requests"] > 0
+    text = cli(["plan", glob, "--catalogue", survey.catalogue_path, "--size", survey.size], env).stdout
+    assert "predicted makespan" in text and f"{picks.count(None)} off every tile" in text

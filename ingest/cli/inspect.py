@@ -5,8 +5,10 @@ import json
 from dataclasses import replace
 
 from ingest.api.read import plan_with
+from ingest.cli.inspect_tiles import collection_info, collection_plan
+from ingest.collection.spec import is_collection
 from ingest.config import add_run_arguments, config_from_args
-from ingest.config.settings import (configured_cost, resolve_settings, retry_policy, settings_for_job,
+from ingest.config.settings import (configured_cost, read_options, resolve_settings, retry_policy, settings_for_job,
                                     transport_options)
 from ingest.config.site import load_site
 from ingest.config.site_pricing import egress_warning, job_topology, price_job, starting_cost
@@ -64,6 +66,8 @@ def _print_datasets(datasets: list[dict]) -> None:
 
 def _info(args) -> int:
     cfg = config_from_args(args)
+    if is_collection(cfg.source):
+        return collection_info(cfg, args)
     with open_transport(cfg.source, cfg.method, threads=1, **transport_options(cfg)) as transport:
         layout = read_any_layout(transport, hdu=cfg.hdu, dataset=cfg.dataset, retry=retry_policy(cfg))
         if layout.kind == "hdf5":
@@ -143,6 +147,8 @@ def _plan(args) -> int:
     # The site's latency beats the header request's time: one request from wherever plan runs is
     # not the compute nodes' path to the store (its client CPU is still this client's).
     use_header = not given and not (site is not None and site.latency_s.known)
+    if is_collection(cfg.source):  # tiles' footprints, sources per tile, the cut-out job's makespan
+        return collection_plan(cfg, args, job_topology(n_ranks or 1, n_nodes, cores, site)[0])
     region = parse_region(cfg.region or "")
     with open_transport(cfg.source, cfg.method, threads=LATENCY_THREADS, **transport_options(cfg)) as transport:
         layout, header = read_any_layout_timed(transport, hdu=cfg.hdu, dataset=cfg.dataset, retry=retry_policy(cfg))
@@ -150,7 +156,7 @@ def _plan(args) -> int:
         if world is not None:
             region = box_to_region(world.box)
         base = hinted_cost(configured_cost(cfg), header) if not given and not use_header else configured_cost(cfg)
-        settings = resolve_settings(cfg, transport, layout, normalize(region, layout.shape),
+        settings = resolve_settings(read_options(cfg), transport, layout, normalize(region, layout.shape),
                                     cost=starting_cost(base, site, given), header=header if use_header else None)
     cost, tuning = settings.cost, settings.tuning
     sel, plan = plan_with(layout, region, settings)
@@ -248,8 +254,8 @@ def _job(cfg, settings, layout, topology: Topology, endpoint: str | None, pricin
     n_ranks = topology.n_ranks
     alone, shared = settings.alone, pricing.shared
     if layout.kind != "tiles":
-        settings = settings_for_job(cfg, settings, layout, largest_selection(cfg, settings, layout, n_ranks),
-                                    shared, topology)
+        largest = largest_selection(cfg, settings, layout, n_ranks)
+        settings = settings_for_job(read_options(cfg), settings, layout, largest, shared, topology)
     grid_fits, reason, regions = decompose_job(cfg, settings, layout, n_ranks)
     assignment = assign(regions, layout.itemsize, n_ranks)
     prediction, _ = predict(cfg, _priced_with(settings, alone, shared), layout, regions, assignment, topology,

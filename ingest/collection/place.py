@@ -155,7 +155,7 @@ def _choose(placed: dict, reasons: list[tuple[int, str]], circles: _Circles, i: 
     order = sorted(placed)
     pick = pick_tile([placed[t] for t in order])
     if pick is not None:
-        return Choice(order[pick], placed[order[pick]])
+        return Choice(order[pick], placed[order[pick]], tiles_holding=len(order))
     if reasons:
         reasons = sorted(reasons, key=lambda tr: circles.distance_deg(i, tiles[tr[0]].footprint.get("cone")))
         more = f" (and {len(reasons) - MAX_REASONS} more tiles)" if len(reasons) > MAX_REASONS else ""

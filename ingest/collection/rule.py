@@ -63,6 +63,7 @@ class Choice:
     tile: int | None
     placement: Placement | None = None
     reason: str | None = None
+    tiles_holding: int = 0  # tiles holding some part of the source (2 or more: it lies in an overlap)
 
     @property
     def clipped(self) -> bool:

@@ -73,10 +73,10 @@ class TilesJob:
         return sum(t["object_bytes"] for t in self.tiles)
 
 
-def tile_sources(cfg: RunConfig, collection) -> tuple[list[TileSource], list[int | None], dict]:
+def tile_sources(cfg: RunConfig, collection) -> tuple[list[TileSource], list, dict]:
     """Every catalogue row as a TileSource (its box in the tile the rule picks, its request with
-    that tile's identity), the tile index of each (None: skipped), and the job's part of every
-    request as the manifest's head records it."""
+    that tile's identity), the rule's Choice of each (None: a row with no usable region), and the
+    job's part of every request as the manifest's head records it."""
     from ingest.collection.place import place_requests
     from ingest.sky.catalogue import read_catalogue
     from ingest.sky.sources import cutout_requests, default_size, parse_size
@@ -98,20 +98,18 @@ def tile_sources(cfg: RunConfig, collection) -> tuple[list[TileSource], list[int
     made = [Requests({**common, "cube": t.identity(), "format": t.kind, "ext": _ext(t.kind)}) for t in tiles]
     world = [r for r in requests if r.skip_reason is None]
     choices = dict(zip((r.row for r in world), place_requests(tiles, [r.pos for r in world], [r.band for r in world])))
-    out, picked = [], []
+    out = []
     for r in requests:
         choice = choices.get(r.row)
         if choice is None or choice.tile is None:
             reason = r.skip_reason if choice is None else choice.reason
             out.append(TileSource(r.name, r.file_stem, r.row, None, skip_reason=reason,
                                   region_text=_region_text(r) if r.pos is not None else ""))
-            picked.append(None)
             continue
         tile, box, text = tiles[choice.tile], choice.placement.box, _region_text(r)
         out.append(TileSource(r.name, r.file_stem, r.row, box, choice.placement.clipped, None, text,
                               made[choice.tile].digest(r.name, box, text), tile.identity()))
-        picked.append(choice.tile)
-    return out, picked, {**common, "cube": {"collection": cfg.source}}
+    return out, [choices.get(r.row) for r in requests], {**common, "cube": {"collection": cfg.source}}
 
 
 def _region_text(r) -> str:
@@ -128,7 +126,7 @@ def collection_cube(cfg: RunConfig) -> dict:
     return {"name": cfg.source, "object_bytes": None, "etag": None, "last_modified": None}
 
 
-def _open_tiles(cfg: RunConfig, tiles, method: str) -> list[tuple]:
+def open_tiles(cfg: RunConfig, tiles, method: str) -> list[tuple]:
     """(layout, header, info) of each tile, HEADER_THREADS at a time."""
     from ingest.formats.reader import read_any_layout_timed
     from ingest.transports import open_transport
@@ -153,7 +151,8 @@ def prepare_tiles(cfg: RunConfig, topology, crew=None) -> Handout:
         raise ConfigError(f"method: a collection ({cfg.source!r}) is read with s3 or posix, not presigned URLs")
     collection = open_collection(cfg.source, hdu=cfg.hdu, dataset=cfg.dataset, retry=retry_policy(cfg),
                                  **transport_options(cfg))
-    sources, picked, request = tile_sources(cfg, collection)
+    sources, choices, request = tile_sources(cfg, collection)
+    picked = [c.tile if c is not None else None for c in choices]
     found = sinks.kept(cfg, collection_cube(cfg))
     tiles = collection.tiles
     todo_by_tile: dict[int, list[int]] = {}
@@ -166,7 +165,7 @@ def prepare_tiles(cfg: RunConfig, topology, crew=None) -> Handout:
         if todo:
             todo_by_tile[t] = [mine[k] for k in todo]
     busy = sorted(todo_by_tile)
-    opened = dict(zip(busy, _open_tiles(cfg, [tiles[t] for t in busy], method)))
+    opened = dict(zip(busy, open_tiles(cfg, [tiles[t] for t in busy], method)))
     settings = configured_settings(cfg)
     if busy:  # tuned on the tile with the most bytes to cut: one link, one store for all tiles
         t_big = max(busy, key=lambda t: sum(box_bytes(sources[i].box, opened[t][0].itemsize) for i in todo_by_tile[t]))
@@ -181,20 +180,14 @@ def prepare_tiles(cfg: RunConfig, topology, crew=None) -> Handout:
                 settings, _ = tune_for_job(cfg, transport, layout, header, topology, crew, tiles[t_big].source,
                                            method, sel=box_selection(share, layout.shape))
     gap = gap_bytes(cfg, settings)
-    items, weights, jobs = [], [], {}
-    for t in busy:
-        layout, _, info = opened[t]
-        axis = band_axis(layout.shape)
-        todo = todo_by_tile[t]
-        order = source_order(layout, [sources[i].box for i in todo], axis)
-        items += [(t, todo[k]) for k in order]
-        weights += [box_bytes(sources[todo[k]].box, layout.itemsize) for k in order]
-        jobs[t] = CutoutJob(tiles[t].source, method, layout, info, None, settings, len(todo), gap, axis,
-                            f"tile {tiles[t].source}", topology)
-    parts = split_by_bytes(weights, topology.n_ranks)
-    per_rank = [_groups([items[k] for k in range(a, b)], sources) for a, b in parts]
+    layouts = {t: opened[t][0] for t in busy}
+    groups = split_work(sources, todo_by_tile, layouts, topology.n_ranks)
+    per_rank = [[(t, [sources[i] for i in mine]) for t, mine in rank] for rank in groups]
+    jobs = {t: CutoutJob(tiles[t].source, method, layouts[t], opened[t][2], None, settings, len(todo_by_tile[t]),
+                         gap, band_axis(layouts[t].shape), f"tile {tiles[t].source}", topology) for t in busy}
+    n_items = sum(len(v) for v in todo_by_tile.values())
     spread = sum(len(g) for g in per_rank)
-    choice = (f"{len(items)} cut-outs from {len(busy)} of {len(tiles)} tiles over {topology.n_ranks} ranks in "
+    choice = (f"{n_items} cut-outs from {len(busy)} of {len(tiles)} tiles over {topology.n_ranks} ranks in "
               f"contiguous stretches of the tiles' object order, balanced by the bytes each cuts "
               f"({spread} stretches of one tile in all)")
     counts = {t: 0 for t in range(len(tiles))}
@@ -205,20 +198,31 @@ def prepare_tiles(cfg: RunConfig, topology, crew=None) -> Handout:
                   for t in range(len(tiles)))
     notes = tuple(n for n in [collection.describe(), collection.index_note] if n) + tuple(
         f"{s}: not a readable cube ({why})" for s, why in collection.refused)
-    job = TilesJob(jobs, collection_cube(cfg), table, settings, gap, len(items), choice, topology, notes=notes)
+    job = TilesJob(jobs, collection_cube(cfg), table, settings, gap, n_items, choice, topology, notes=notes)
     catalogue = Catalogue(len(sources), sum(1 for s in sources if s.box is not None and s.clipped),
                           tuple(s.entry(None, 0, None) for s in sources if s.box is None), tuple(kept), n_recut,
                           request)
     return Handout(job, per_rank, catalogue)
 
 
-def _groups(items, sources) -> list[tuple[int, list]]:
-    """A rank's (tile, source) items as (tile, [sources]) runs of one tile each, in order."""
-    out: list[tuple[int, list]] = []
-    for t, i in items:
-        if not out or out[-1][0] != t:
-            out.append((t, []))
-        out[-1][1].append(sources[i])
+def split_work(sources, todo_by_tile: dict, layouts: dict, n_ranks: int) -> list[list[tuple[int, list[int]]]]:
+    """The split over ranks (module docstring): per rank, its runs of one tile each, as (tile index,
+    [indices into `sources`]) in order. `todo_by_tile`: the indices each tile cuts; `layouts`: each
+    such tile's layout. Pure: the same split for `plan` as for the job."""
+    items, weights = [], []
+    for t in sorted(todo_by_tile):
+        layout, todo = layouts[t], todo_by_tile[t]
+        order = source_order(layout, [sources[i].box for i in todo], band_axis(layout.shape))
+        items += [(t, todo[k]) for k in order]
+        weights += [box_bytes(sources[todo[k]].box, layout.itemsize) for k in order]
+    out = []
+    for lo, hi in split_by_bytes(weights, n_ranks):
+        runs: list[tuple[int, list[int]]] = []
+        for t, i in items[lo:hi]:
+            if not runs or runs[-1][0] != t:
+                runs.append((t, []))
+            runs[-1][1].append(i)
+        out.append(runs)
     return out
 
 
