@@ -19,15 +19,15 @@ import time
 if __package__ in (None, ""):  # run as a file (python bench/run_all.py): make `bench` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import (common, cutout_writes, cutouts, engine, hdf5, memory, open_vs_read, pages, predictions, prestage,
-                   publish, rounds, scaling, seed001, staging, strategies, subcube, whole_object)
+from bench import (common, cutout_writes, cutouts, cutouts_tiles, engine, hdf5, memory, open_vs_read, pages,
+                   predictions, prestage, publish, rounds, scaling, seed001, staging, strategies, subcube, whole_object)
 from ingest.testbed.signals import unwind_on_signals
 
 # The registry: a benchmark is a module with NAME, build_parser, run(env, args),
 # to_markdown(results), added here (in the order they run and print).
 BENCHES = {module.NAME: module for module in (whole_object, subcube, strategies, scaling, predictions, rounds, memory,
                                                     pages, prestage, hdf5, engine, open_vs_read, staging, seed001,
-                                                    publish, cutouts, cutout_writes)}
+                                                    publish, cutouts, cutout_writes, cutouts_tiles)}
 COMMON_OPTIONS = ("quick", "size_mib", "repeats", "warmup", "results_dir", "cache_dir", "quiet")
 
 
