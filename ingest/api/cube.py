@@ -29,8 +29,8 @@ import numpy as np
 from ingest.api.indexing import basic_index
 from ingest.api.read import apply_scaling, plan_with, read_selection, to_native
 from ingest.config import RunConfig, load_config, shown_source
-from ingest.config.settings import (Settings, configured_settings, resolve_settings, retry_policy, transport_options,
-                                    tunable)
+from ingest.config.settings import (Settings, configured_settings, read_options, resolve_settings, retry_policy,
+                                    transport_options, tunable)
 from ingest.core.cost import CostModel
 from ingest.core.cutplan import box_selection, gather_box, plan_spans, rank_share_box
 from ingest.core.lattice import Plan
@@ -473,7 +473,8 @@ class RemoteCube:
         The first read big enough to repay a probe measures the link (under a lock: concurrent
         probes would measure each other); every later read reuses that cost model."""
         cfg, cost = self._spec.cfg, self._spec.cost
-        if not tunable(cfg, layout):
+        options = read_options(cfg)
+        if not tunable(options, layout):
             return configured_settings(cfg, cost)
         # In a contiguous layout a box's plan depends on its shape, not its place: dask's chunks and
         # a user's repeated boxes are tuned once per shape (choosing plans ~100 candidates, ~1 ms).
@@ -482,13 +483,13 @@ class RemoteCube:
         if key in memo:
             return memo[key]
         if self._tuned_cost is not None:
-            settings = resolve_settings(cfg, transport, layout, sel, cost=cost, measured=self._tuned_cost)
+            settings = resolve_settings(options, transport, layout, sel, cost=cost, measured=self._tuned_cost)
         else:
             with self._tune_lock:
                 if self._tuned_cost is not None:
-                    settings = resolve_settings(cfg, transport, layout, sel, cost=cost, measured=self._tuned_cost)
+                    settings = resolve_settings(options, transport, layout, sel, cost=cost, measured=self._tuned_cost)
                 else:
-                    settings = resolve_settings(cfg, transport, layout, sel, cost=cost, header=self._header)
+                    settings = resolve_settings(options, transport, layout, sel, cost=cost, header=self._header)
                     if settings.probe is not None or not cfg.probe:
                         self._tuned_cost = settings.cost
                         self._memo = memo = {}  # settings chosen before the probe are stale

@@ -8,7 +8,7 @@ from ingest.api.read import plan_with
 from ingest.cli.inspect_tiles import collection_info, collection_plan
 from ingest.collection.spec import is_collection
 from ingest.config import add_run_arguments, config_from_args
-from ingest.config.settings import (configured_cost, resolve_settings, retry_policy, settings_for_job,
+from ingest.config.settings import (configured_cost, read_options, resolve_settings, retry_policy, settings_for_job,
                                     transport_options)
 from ingest.config.site import load_site
 from ingest.config.site_pricing import egress_warning, job_topology, price_job, starting_cost
@@ -156,7 +156,7 @@ def _plan(args) -> int:
         if world is not None:
             region = box_to_region(world.box)
         base = hinted_cost(configured_cost(cfg), header) if not given and not use_header else configured_cost(cfg)
-        settings = resolve_settings(cfg, transport, layout, normalize(region, layout.shape),
+        settings = resolve_settings(read_options(cfg), transport, layout, normalize(region, layout.shape),
                                     cost=starting_cost(base, site, given), header=header if use_header else None)
     cost, tuning = settings.cost, settings.tuning
     sel, plan = plan_with(layout, region, settings)
@@ -254,8 +254,8 @@ def _job(cfg, settings, layout, topology: Topology, endpoint: str | None, pricin
     n_ranks = topology.n_ranks
     alone, shared = settings.alone, pricing.shared
     if layout.kind != "tiles":
-        settings = settings_for_job(cfg, settings, layout, largest_selection(cfg, settings, layout, n_ranks),
-                                    shared, topology)
+        largest = largest_selection(cfg, settings, layout, n_ranks)
+        settings = settings_for_job(read_options(cfg), settings, layout, largest, shared, topology)
     grid_fits, reason, regions = decompose_job(cfg, settings, layout, n_ranks)
     assignment = assign(regions, layout.itemsize, n_ranks)
     prediction, _ = predict(cfg, _priced_with(settings, alone, shared), layout, regions, assignment, topology,

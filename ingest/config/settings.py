@@ -1,5 +1,10 @@
 """Read settings, resolved once: a config, a transport, a layout and a selection -> `Settings`.
 
+The config is read here once, into `ReadOptions` (`read_options(cfg)`): what opening, retrying
+and tuning a read need of it. Everything below the command that holds the config takes that
+object whole, as s3transfer's tasks take one TransferConfig, so no lower layer is handed the
+RunConfig to pick fields from.
+
 The driver (rank 0, then broadcast), `ingest.open` (per box shape, reusing what the first probe
 measured), `plan` and `info` all resolve here, so a setting means the same thing everywhere:
 what the config fixes is kept, and with strategy auto the tuner chooses the rest, probing the
@@ -55,6 +60,25 @@ class Settings:
         return {"probe": self.probe.as_dict() if self.probe else None, **self.tuning.as_dict()}
 
 
+@dataclass(frozen=True)
+class ReadOptions:
+    """What a read needs of the config, resolved once (`read_options`)."""
+
+    transport: dict  # open_transport's keyword arguments: timeouts, TLS, endpoint, engine
+    retry: RetryPolicy  # how each request retries
+    configured: Settings  # the settings with nothing tuned: the config's, the planner's defaults for auto
+    strategy: str  # the configured strategy; "auto" lets the tuner choose
+    probe: bool  # may the tuner probe the link (and rank 0 ask the store its facts)
+    fixed: dict  # what the config fixes of a tuned read: chunk_bytes, threads, gap_bytes (None: tuned)
+    max_in_flight: int | None  # most requests the tuner may keep in flight; None: its own ceiling
+
+
+def read_options(cfg: RunConfig) -> ReadOptions:
+    """The config's read options, resolved once for everything below the command."""
+    return ReadOptions(transport_options(cfg), retry_policy(cfg), configured_settings(cfg), cfg.strategy, cfg.probe,
+                       _fixed_by_config(cfg), cfg.max_in_flight)
+
+
 def configured_cost(cfg: RunConfig) -> CostModel:
     """The cost model the config states (seed 001's Acacia figures by default)."""
     return CostModel(latency_s=cfg.latency_s, bandwidth_bytes_per_s=cfg.bandwidth_bytes_per_s,
@@ -67,33 +91,32 @@ def configured_settings(cfg: RunConfig, cost: CostModel | None = None) -> Settin
                     cfg.max_gap_bytes, cost or configured_cost(cfg))
 
 
-def tunable(cfg: RunConfig, layout: Layout) -> bool:
+def tunable(options: ReadOptions, layout: Layout) -> bool:
     """Does the tuner choose anything here? Only with strategy auto, and only for data that a
     request reads at all (compact or never-written HDF5 data needs none)."""
-    return cfg.strategy == "auto" and worth_probing(layout)
+    return options.strategy == "auto" and worth_probing(layout)
 
 
-def resolve_settings(cfg: RunConfig, transport: Transport, layout: Layout, sel: Selection, *,
+def resolve_settings(options: ReadOptions, transport: Transport, layout: Layout, sel: Selection, *,
                      cost: CostModel | None = None, header: HeaderTiming | None = None,
                      topology: Topology | None = None, measured: CostModel | None = None) -> Settings:
-    """The settings for reading `sel` of `layout` through `transport`.
+    """The settings for reading `sel` of `layout` through `transport`, as `options` allow.
 
     cost: the model to start from (default: the config's); header: the header request's timing,
     the tuner's free first look at the link (None when the caller's model must stand as given);
     topology: the job's ranks on their nodes (default one rank); measured: a model an earlier probe of
     this link measured, reused without probing again."""
-    configured = configured_settings(cfg, cost)
-    if not tunable(cfg, layout):
+    configured = options.configured if cost is None else replace(options.configured, cost=cost)
+    if not tunable(options, layout):
         return configured
-    fixed = _fixed_by_config(cfg)
     if measured is not None:
-        return _from_tuning(choose(measured, layout, sel, model=MEASURED_ONCE, **fixed))
-    tuning, link = tune_read(transport, layout, sel, configured.cost, probe=cfg.probe, topology=topology,
-                             header=header, in_flight_max=cfg.max_in_flight, **fixed)
+        return _from_tuning(choose(measured, layout, sel, model=MEASURED_ONCE, **options.fixed))
+    tuning, link = tune_read(transport, layout, sel, configured.cost, probe=options.probe, topology=topology,
+                             header=header, in_flight_max=options.max_in_flight, **options.fixed)
     return _from_tuning(tuning, link)
 
 
-def settings_for_job(cfg: RunConfig, settings: Settings, layout: Layout, sel: Selection, shared: SharedCapacity,
+def settings_for_job(options: ReadOptions, settings: Settings, layout: Layout, sel: Selection, shared: SharedCapacity,
                      topology: Topology, alone: CostModel | None = None) -> Settings:
     """`settings` chosen again for what the job's ranks were measured to share (the probe of one
     rank's link kept, or `alone`, that link as the ranks' rounds showed it): each rank's share
@@ -101,13 +124,12 @@ def settings_for_job(cfg: RunConfig, settings: Settings, layout: Layout, sel: Se
     if settings.tuning is None:
         return settings
     alone = alone or settings.alone
-    fixed = _fixed_by_config(cfg)
     shared_text = f"{topology.describe()}, shared pipes {shared.source}"
     looked_bytes = settings.tuning.first_look_bytes
     model = (said_first_look(describe_probe(settings.probe, alone, shared_text), looked_bytes > 0) if settings.probe
              else f"{settings.tuning.model}; {shared_text}")
-    tuning = choose(share_cost(alone, shared, topology), layout, sel, model=model, **fixed,
-                    threads_max=cfg.max_in_flight or max(settings.threads, THREADS_MAX))
+    tuning = choose(share_cost(alone, shared, topology), layout, sel, model=model, **options.fixed,
+                    threads_max=options.max_in_flight or max(settings.threads, THREADS_MAX))
     return _from_tuning(replace(tuning, alone=alone, shared=shared, first_look_bytes=looked_bytes), settings.probe)
 
 

@@ -12,8 +12,7 @@ from dataclasses import dataclass, replace
 
 from ingest.api.read import plan_with
 from ingest.config import RunConfig
-from ingest.config.settings import (Settings, configured_settings, resolve_settings, retry_policy,
-                                    settings_for_job, tunable, transport_options)
+from ingest.config.settings import ReadOptions, Settings, read_options, tunable, transport_options
 from ingest.core.decompose import format_grid, grid_boxes, resolve_grid
 from ingest.core.history import JobShape, PastJob, with_floors, with_history
 from ingest.core.layout import Layout
@@ -22,12 +21,11 @@ from ingest.core.regions import assign_regions, parse_min_overlap, parse_region_
 from ingest.core.selection import box_to_region, normalize, parse_region
 from ingest.core.sharing import JobPrediction, RankLoad, Topology, predict_job
 from ingest.engine import linkcache
-from ingest.engine.autotune import data_span, first_look_bytes
-from ingest.driver.rootwork import Clock, note_measuring
 from ingest.driver.run_tile import run_tile_config
-from ingest.driver.source import ensure_lifetime, resolve_source
+from ingest.driver.source import ensure_lifetime, job_source
+from ingest.driver.tune import tune, with_environment
 from ingest.errors import ConfigError
-from ingest.formats.reader import read_any_layout_timed
+from ingest.formats.reader import HeaderTiming, read_any_layout_timed
 from ingest.transports import ObjectInfo, Transport, open_transport
 from ingest.transports.environment import Environment
 from ingest.transports.retry import RetryPolicy
@@ -81,15 +79,33 @@ class Job:
     one_file: object | None = None
 
 
+@dataclass(frozen=True)
+class Cube:
+    """What rank 0 learns of the source by opening it and reading its header (`read_cube`)."""
+
+    layout: Layout
+    header: HeaderTiming  # the header request's timing: the tuner's free first look at the link
+    info: ObjectInfo
+    endpoint: str | None  # the store's, as the link cache names it
+    environment: Environment | None  # the connection settings rank 0 resolved; None: a local file
+    display_name: str  # the source as messages show it
+
+    @property
+    def tiled(self) -> bool:
+        return self.layout.kind == "tiles"
+
+
+@dataclass(frozen=True)
+class JobRegion:
+    """The part of the cube a job covers (`resolve_region`)."""
+
+    box: tuple  # ((start, stop), ...) in numpy axis order
+    world: object | None = None  # its WorldBox (ingest.sky.pixels) when pos/band/channels gave it, else None
+
+
 def rank_transport_options(cfg: RunConfig, method: str, environment: Environment | None) -> dict:
-    """open_transport's options on a rank other than 0: the config's, and for a URL the connection
-    settings rank 0 resolved (CA, proxy), so the rank reads no AWS file and loads no botocore.
-    A rank of the S3 method loads botocore anyway and resolves its own, as a user expects of
-    boto3: a site may point each node at its nearest gateway (AWS_ENDPOINT_URL per node)."""
-    options = transport_options(cfg)
-    if environment is not None and method != "s3":
-        options["environment"] = environment
-    return options
+    """open_transport's options on a rank other than 0 (`with_environment` of the config's)."""
+    return with_environment(transport_options(cfg), method, environment)
 
 
 def remember_job(job: Job, makespan_s: float) -> None:
@@ -106,38 +122,42 @@ def plan_box(cfg: RunConfig, settings: Settings, layout: Layout, box):
 
 def world_job_box(cfg: RunConfig, layout: Layout):
     """The WorldBox of the config's pos/band/channels, or None when none is given (astropy is
-    loaded only then)."""
+    loaded only then). The sky is handed the values, not the config."""
     if cfg.pos is None and cfg.band is None and cfg.channels is None:
         return None
-    from ingest.sky.world import config_world_box
+    from ingest.sky.world import world_region_box
 
-    return config_world_box(cfg, layout)
+    return world_region_box(layout, pos=cfg.pos, band=cfg.band, channels=cfg.channels, frame=cfg.frame,
+                            convention=cfg.velocity_convention, rest=cfg.rest_frequency)
 
 
-def _job_box(cfg: RunConfig, layout: Layout) -> tuple:
-    """The part of the cube the whole job covers (config `region`, or the box of its world region
-    `pos`/`band`/`channels`; default all of it)."""
+def resolve_region(cfg: RunConfig, layout: Layout) -> JobRegion:
+    """Phase: the part of the cube the whole job covers: the box of the world region
+    `pos`/`band`/`channels`, else the pixel `region` (a plain box: no step), else all of it.
+    Resolved once; every later phase takes the box."""
     world = world_job_box(cfg, layout)
     if world is not None:
-        return world.box
+        return JobRegion(world.box, world)
     sel = normalize(parse_region(cfg.region) if cfg.region else (), layout.shape)
     if any(step != 1 for step in sel.steps):
         raise ConfigError(f"region: {cfg.region!r} has a step; a job region must be a plain box")
-    return sel.box
+    return JobRegion(sel.box)
 
 
-def decompose_job(cfg: RunConfig, settings: Settings, layout: Layout, n_ranks: int):
-    """(grid, reason, regions) for the job region: s2p_setup's regions of region_shape, the
-    grid as given (any number of regions), or an automatic grid of one region per rank; with
-    take_regions, only the first N of them (weak scaling)."""
-    grid_fits, reason, regions = _split_job(cfg, settings, layout, n_ranks)
+def decompose_job(cfg: RunConfig, settings: Settings, layout: Layout, n_ranks: int, job_box: tuple | None = None):
+    """Phase: (grid, reason, regions) for the job's box (default: `resolve_region`'s):
+    s2p_setup's regions of region_shape, the grid as given (any number of regions), or an
+    automatic grid of one region per rank; with take_regions, only the first N of them (weak
+    scaling)."""
+    if job_box is None:
+        job_box = resolve_region(cfg, layout).box
+    grid_fits, reason, regions = _split_job(cfg, settings, layout, n_ranks, job_box)
     if cfg.take_regions is None:
         return grid_fits, reason, regions
     return grid_fits, f"{reason}; the first {cfg.take_regions} of them", take_first(regions, cfg.take_regions)
 
 
-def _split_job(cfg: RunConfig, settings: Settings, layout: Layout, n_ranks: int):
-    job_box = _job_box(cfg, layout)
+def _split_job(cfg: RunConfig, settings: Settings, layout: Layout, n_ranks: int, job_box: tuple):
     if cfg.region_shape is not None:
         shape_fits = parse_region_shape(cfg.region_shape)
         overlap = parse_min_overlap(cfg.min_overlap or "0,0")
@@ -196,116 +216,104 @@ def predict(cfg: RunConfig, settings: Settings, layout: Layout, regions, assignm
     return with_history(prediction, shape, past, now_s, endpoint, probed=settings.probe is not None), shape
 
 
-def largest_selection(cfg: RunConfig, settings: Settings, layout: Layout, n_ranks: int):
+def largest_selection(cfg: RunConfig, settings: Settings, layout: Layout, n_ranks: int, job_box: tuple | None = None):
     """The largest region a first split on `settings` gives: what the job is tuned for (the
     grid depends on the link too, so the split is made again with the tuned settings)."""
-    _, _, regions = decompose_job(cfg, settings, layout, n_ranks)
+    _, _, regions = decompose_job(cfg, settings, layout, n_ranks, job_box)
     largest = max(regions, key=lambda box: box_bytes(box, layout.itemsize))
     return normalize(box_to_region(largest), layout.shape)
 
 
 def tune_for_job(cfg: RunConfig, transport: Transport, layout: Layout, header, topology: Topology, crew,
                  read_source: str, method: str, sel=None) -> tuple[Settings, tuple]:
-    """Rank 0: probe its link and tune for `sel`, by default the largest region a first split
-    gives (the grid depends on the link too); then, with other ranks at hand, measure what they
-    share when they read at once and tune again for that. (settings, the shared rounds)."""
+    """`tune` for a caller holding the config (the cut-outs): its options read here, and `sel`
+    by default the largest region a first split gives."""
+    options = read_options(cfg)
     if sel is None:
-        sel = largest_selection(cfg, configured_settings(cfg), layout, topology.n_ranks)
-    settings = resolve_settings(cfg, transport, layout, sel, header=header, topology=topology)
-    if settings.probe is not None:  # measuring the link, not rank 0's own work (ingest.driver.rootwork)
-        # Its CPU is not known apart from the tuning around it, so stays charged to rank 0's own.
-        note_measuring(settings.probe.probe_s, 0.0)
-    # --no-probe means no read before the job's own: not a look across nodes either.
-    look_bytes = across_nodes_bytes(settings, layout, sel, topology) if cfg.probe else 0
-    # No ranks at hand, or a read too small to repay a probe, and no nodes to look across.
-    if crew is None or (settings.probe is None and not look_bytes):
-        return settings, ()
-    from ingest.driver.probe_rounds import SHARED_BUDGET_FRACTION, measure_shared
-
-    # What the ranks share was measured on this endpoint before, and measuring it again costs
-    # more than its budget of this job (the rounds' start-up and barriers, which sizing their
-    # bytes does not count): the job is priced with what was measured (tune_read took it from the cache).
-    # (Only rounds set rounds_s, and only the cache brings one back before this job's own rounds.)
-    budget_s = SHARED_BUDGET_FRACTION * settings.tuning.predicted_s
-    if not look_bytes and settings.shared is not None and settings.shared.rounds_s > budget_s:
-        return settings, ()
-    options = rank_transport_options(cfg, method, transport.environment)
-    clock = Clock()
-    measured = measure_shared(crew, topology, settings, source=read_source, method=method,
-                              options=options, info=transport.info, span=data_span(layout),
-                              predicted_s=settings.tuning.predicted_s, look_bytes=look_bytes)
-    wall_s, cpu_s = clock.elapsed()
-    note_measuring(wall_s, cpu_s)
-    if measured is None:
-        return settings, ()
-    shared, alone, rounds = measured
-    shared = replace(shared, rounds_s=wall_s)
-    linkcache.remember(transport.endpoint, shared=shared)
-    return settings_for_job(cfg, settings, layout, sel, shared, topology, alone=alone), rounds
-
-
-def across_nodes_bytes(settings: Settings, layout: Layout, sel, topology: Topology) -> int:
-    """What one rank on each node reads in a look across nodes (ingest.driver.probe_rounds.
-    measure_shared): as much as a first look at the endpoint would; 0 for a job on one node, one
-    whose nodes a round has already had reading at once, or one the config planned."""
-    if topology.n_nodes < 2 or settings.tuning is None or settings.shared.nodes_seen >= topology.n_nodes:
-        return 0
-    return first_look_bytes(settings.tuning, settings.cost, layout, sel, topology.n_ranks)
+        sel = largest_selection(cfg, options.configured, layout, topology.n_ranks)
+    return tune(options, transport, layout, header, topology, crew, read_source, method, sel)
 
 
 def prepare_job(cfg: RunConfig, topology: Topology, staging: bool = False, rank_outputs: bool = True,
                 crew=None, room=None) -> Job:
-    """Rank 0: resolve the source, read the header, check there is room to stage (before any
-    data moves; `room(job_bytes)`, if given, checks the caller's own output for the job box's
-    bytes), probe and tune (with `crew`, the other ranks waiting in ingest.driver.probe_rounds,
-    also what they share), decompose the cube, predict the job, check the URL's lifetime
-    against the prediction, check the output directory."""
-    cfg = run_tile_config(cfg)  # a collection of tiles: the tile the rule picks for the region
-    n_ranks = topology.n_ranks
-    method, read_source, signer_args = resolve_source(cfg)
-    if method == "presigned":
-        read_source = ensure_lifetime(read_source, signer_args, 60.0, cfg)  # enough for header and probe
-    settings = configured_settings(cfg)
-    # Sized for the probe's latency round, which reads on LATENCY_THREADS connections at once.
-    with open_transport(read_source, method, threads=LATENCY_THREADS, **transport_options(cfg)) as transport:
-        layout, header = read_any_layout_timed(transport, hdu=cfg.hdu, dataset=cfg.dataset, retry=retry_policy(cfg),
-                                               tiles=True)
-        info, endpoint, environment = transport.info, transport.endpoint, transport.environment
-        tiled = layout.kind == "tiles"
-        if staging and not tiled:
-            from ingest.staging.stage import check_space
+    """Rank 0: the job, one named phase after another. The config's read options are resolved
+    once (ingest.config.settings.read_options) and passed whole; each phase takes what it needs
+    and returns a value. Every check that can refuse the job runs before any data moves.
 
-            check_space(cfg.stage_dir, info.object_bytes)
-        if room is not None and not tiled:
-            room(box_bytes(_job_box(cfg, layout), layout.itemsize))
-        # 1-2 small read-only requests, once rather than on every rank (--no-probe skips the GET),
-        # and only for a job that goes ahead: a refused one reads nothing but its header.
-        store = learn_store_facts(transport, past_end=cfg.probe).as_dict() if transport.name != "posix" else None
-        rounds = ()
-        if not tiled and tunable(cfg, layout):
-            settings, rounds = tune_for_job(cfg, transport, layout, header, topology, crew, read_source, method)
-    if tiled:
-        if staging or not rank_outputs:
-            raise ConfigError(f"source: {transport.display_name} is a tile index ({len(layout.tiles)} objects); "
-                              f"`run` reads it, while staging and prestage copy one object: give them the cube "
-                              f"it was tiled from ({layout.source})")
-        return replace(_tiled_job(cfg, layout, transport.display_name, read_source, method, info, signer_args,
-                                  settings, n_ranks), environment=environment, retry=retry_policy(cfg), store=store)
-    grid_fits, reason, regions = decompose_job(cfg, settings, layout, n_ranks)
+    `staging`: the source is copied to stage_dir (room checked); `rank_outputs`: each rank writes
+    its regions (`run --output-dir`); `crew`: the other ranks, waiting in
+    ingest.driver.probe_rounds to measure what they share; `room(job_bytes)`: the caller's own
+    check of its output for the job box's bytes."""
+    cfg = run_tile_config(cfg)  # a collection of tiles: the tile the rule picks for the region
+    options = read_options(cfg)
+    method, read_source, signer_args = job_source(cfg)
+    # Sized for the probe's latency round, which reads on LATENCY_THREADS connections at once.
+    with open_transport(read_source, method, threads=LATENCY_THREADS, **options.transport) as transport:
+        cube = read_cube(transport, cfg.hdu, cfg.dataset, options.retry)
+        if cube.tiled:
+            check_tiled(cube, staging, rank_outputs)
+            store = learn_store(transport, options.probe)
+            return replace(tiled_job(cfg, options, cube, read_source, method, signer_args, topology.n_ranks),
+                           environment=cube.environment, retry=options.retry, store=store)
+        region = resolve_region(cfg, cube.layout)
+        check_room(cube, region, staging, cfg.stage_dir, room)
+        store = learn_store(transport, options.probe)
+        settings, rounds = options.configured, ()
+        if tunable(options, cube.layout):
+            sel = largest_selection(cfg, settings, cube.layout, topology.n_ranks, region.box)
+            settings, rounds = tune(options, transport, cube.layout, cube.header, topology, crew, read_source, method,
+                                    sel)
+    layout, n_ranks = cube.layout, topology.n_ranks
+    grid_fits, reason, regions = decompose_job(cfg, settings, layout, n_ranks, region.box)
     assignment = assign(regions, layout.itemsize, n_ranks)
-    prediction, shape = predict(cfg, settings, layout, regions, assignment, topology, endpoint, method)
-    estimate_s = prediction.makespan_s
+    prediction, shape = predict(cfg, settings, layout, regions, assignment, topology, cube.endpoint, method)
     if method == "presigned":
-        read_source = ensure_lifetime(read_source, signer_args, 2 * estimate_s + 60.0, cfg)
-    world = world_job_box(cfg, layout)
-    one_file = None
-    if cfg.output_dir and rank_outputs:  # `run --output-dir`
-        one_file = plan_outputs(cfg, layout, world.box if world is not None else _job_box(cfg, layout), regions,
-                                assignment)
-    return Job(read_source, method, layout, info, grid_fits, reason, regions, assignment, settings, signer_args,
-               estimate_s, prediction=prediction, shared_rounds=rounds, endpoint=endpoint, shape=shape,
-               world_region=world.as_dict() if world is not None else None, environment=environment,
-               retry=retry_policy(cfg), store=store, one_file=one_file)
+        read_source = ensure_lifetime(read_source, signer_args, run_lifetime_s(prediction.makespan_s))
+    one_file = plan_outputs(cfg, layout, region.box, regions, assignment) if cfg.output_dir and rank_outputs else None
+    return Job(read_source, method, layout, cube.info, grid_fits, reason, regions, assignment, settings, signer_args,
+               prediction.makespan_s, prediction=prediction, shared_rounds=rounds, endpoint=cube.endpoint, shape=shape,
+               world_region=region.world.as_dict() if region.world is not None else None,
+               environment=cube.environment, retry=options.retry, store=store, one_file=one_file)
+
+
+def read_cube(transport: Transport, hdu: int, dataset: str | None, retry: RetryPolicy) -> Cube:
+    """Phase: the source's layout and header, read once on rank 0 (a tile index too), with what
+    the open transport knows of the object and the store."""
+    layout, header = read_any_layout_timed(transport, hdu=hdu, dataset=dataset, retry=retry, tiles=True)
+    return Cube(layout, header, transport.info, transport.endpoint, transport.environment, transport.display_name)
+
+
+def check_tiled(cube: Cube, staging: bool, rank_outputs: bool) -> None:
+    """Phase, a tile index: only `run` reads one; staging and prestage copy one object and are
+    pointed at the cube it was tiled from."""
+    if staging or not rank_outputs:
+        raise ConfigError(f"source: {cube.display_name} is a tile index ({len(cube.layout.tiles)} objects); "
+                          f"`run` reads it, while staging and prestage copy one object: give them the cube "
+                          f"it was tiled from ({cube.layout.source})")
+
+
+def check_room(cube: Cube, region: JobRegion, staging: bool, stage_dir: str | None, room=None) -> None:
+    """Phase, before any data moves: room in stage_dir for the whole object when staging, and
+    `room(job_bytes)`, the caller's check of its own output for the job box's bytes."""
+    if staging:
+        from ingest.staging.stage import check_space
+
+        check_space(stage_dir, cube.info.object_bytes)
+    if room is not None:
+        room(box_bytes(region.box, cube.layout.itemsize))
+
+
+def learn_store(transport: Transport, probe: bool) -> dict | None:
+    """Phase: what the store answers (ingest.transports.storefacts): 1-2 small read-only requests,
+    once rather than on every rank (no probe: no GET), and only for a job that goes ahead, so a
+    refused one reads nothing but its header. None for a local file."""
+    return learn_store_facts(transport, past_end=probe).as_dict() if transport.name != "posix" else None
+
+
+def run_lifetime_s(estimate_s: float) -> float:
+    """How long a presigned URL must live for a job predicted to take `estimate_s`: twice the
+    prediction and a minute (the prediction may be optimistic)."""
+    return 2 * estimate_s + 60.0
 
 
 def plan_outputs(cfg: RunConfig, layout: Layout, job_box, regions, assignment):
@@ -324,22 +332,23 @@ def plan_outputs(cfg: RunConfig, layout: Layout, job_box, regions, assignment):
     return None
 
 
-def _tiled_job(cfg: RunConfig, index, index_name: str, read_source: str, method: str, info: ObjectInfo,
-               signer_args, settings: Settings, n_ranks: int) -> Job:
-    """Rank 0, for a tile index: the regions ARE the tiles (the first take_regions of them), each
+def tiled_job(cfg: RunConfig, options: ReadOptions, cube: Cube, read_source: str, method: str, signer_args,
+              n_ranks: int) -> Job:
+    """Phase, rank 0, for a tile index: the regions ARE the tiles (the first take_regions of them), each
     read whole from its own object. Tile 0's header stands for the cube's (report, scaling,
     cut-outs). No probe: a tile is read whole, so there is no gap or strategy to tune."""
     from ingest.core.tiles import check_run_config, expected_tile, tile_estimate_s
     from ingest.driver.source import resolve_tile_sources
     from ingest.formats.reader import read_any_layout, whole_cube_layout
 
+    index, index_name, settings = cube.layout, cube.display_name, options.configured
     check_run_config(index, index_name, grid=cfg.grid, halo=cfg.halo, region=cfg.region,
                      region_shape=cfg.region_shape, hdu=cfg.hdu, dataset=cfg.dataset)
     tiles = index.tiles if cfg.take_regions is None else take_first(index.tiles, cfg.take_regions)
     located = resolve_tile_sources(cfg, [t.key for t in tiles])
     with open_tile(located[0][0], method, tiles[0].size_bytes, index_name, threads=1,
-                   **transport_options(cfg)) as transport:
-        first = read_any_layout(transport, dataset=index.dataset, retry=retry_policy(cfg))
+                   **options.transport) as transport:
+        first = read_any_layout(transport, dataset=index.dataset, retry=options.retry)
         expected_tile(tiles[0].box, transport.display_name, first.shape, first.raw_dtype, index.dtype)
     layout = whole_cube_layout(first, index, index_name)
     regions = tuple(t.box for t in tiles)
@@ -347,8 +356,8 @@ def _tiled_job(cfg: RunConfig, index, index_name: str, read_source: str, method:
     estimate_s = max((sum(tile_estimate_s(tiles[i], settings.cost, settings.threads, settings.chunk_bytes)
                           for i in mine) for mine in assignment), default=0.0)
     if method == "presigned":
-        read_source = ensure_lifetime(read_source, signer_args, 2 * estimate_s + 60.0, cfg)
-        located = tuple((ensure_lifetime(url, args, 2 * estimate_s + 60.0, cfg), args) for url, args in located)
+        read_source = ensure_lifetime(read_source, signer_args, run_lifetime_s(estimate_s))
+        located = tuple((ensure_lifetime(url, args, run_lifetime_s(estimate_s)), args) for url, args in located)
     sources = tuple(RegionSource(src, t.size_bytes, t.crc32, args, index_name)
                     for (src, args), t in zip(located, tiles))
     reason = (f"{len(index.tiles)} tiles of grid {format_grid(index.grid_fits)} as tiled, each read whole as its "
@@ -358,7 +367,7 @@ def _tiled_job(cfg: RunConfig, index, index_name: str, read_source: str, method:
 
         check_output_dir(cfg.output_dir, [output_name(r, regions[i], output_ext(layout))
                                           for r, mine in enumerate(assignment) for i in mine])
-    return Job(read_source, method, layout, info, index.grid_fits, reason, regions, assignment, settings, signer_args,
+    return Job(read_source, method, layout, cube.info, index.grid_fits, reason, regions, assignment, settings, signer_args,
                estimate_s, sources)
 
 

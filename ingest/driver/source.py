@@ -45,9 +45,21 @@ def resolve_source(cfg: RunConfig) -> tuple[str, str, tuple | None]:
     return method, cfg.source, None
 
 
-def ensure_lifetime(url: str, signer_args: tuple | None, needed_s: float, cfg: RunConfig) -> str:
+def job_source(cfg: RunConfig) -> tuple[str, str, tuple | None]:
+    """Phase (ingest.driver.job.prepare_job): (method, source to read, signer args), a URL
+    living long enough for the header and the probe (60 s); the job's own lifetime is checked
+    once its makespan is predicted."""
+    method, source, signer_args = resolve_source(cfg)
+    if method == "presigned":
+        source = ensure_lifetime(source, signer_args, 60.0)
+    return method, source, signer_args
+
+
+def ensure_lifetime(url: str, signer_args: tuple | None, needed_s: float, cfg: RunConfig | None = None) -> str:
     """Rank 0, before any rank reads: a URL that will not outlive the run is re-signed when we
-    can, refused when already expired, and warned about otherwise (the estimate may be pessimistic)."""
+    can, refused when already expired, and warned about otherwise (the estimate may be pessimistic).
+    A re-signed URL lives as long as the signer's presign_expires_s (signer_args[2], the config's);
+    `cfg` is not read and may be left out."""
     from ingest.transports.presign import url_expiry, url_signer
     from ingest.redact import redact_url
 
@@ -58,8 +70,9 @@ def ensure_lifetime(url: str, signer_args: tuple | None, needed_s: float, cfg: R
     if left_s >= needed_s:
         return url
     if signer_args is not None:
-        if cfg.presign_expires_s < needed_s:
-            raise ConfigError(f"presign_expires_s: {cfg.presign_expires_s} s is shorter than the run's "
+        expires_s = signer_args[2]
+        if expires_s < needed_s:
+            raise ConfigError(f"presign_expires_s: {expires_s} s is shorter than the run's "
                               f"estimated {needed_s:.0f} s (with margin); raise it (at most 604800)")
         return url_signer(*signer_args)()
     if left_s <= 0:
