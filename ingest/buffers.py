@@ -9,11 +9,10 @@ bench.pages` measures it side by side on this machine (BENCHMARKS.md, "First tou
 writes each page once at the network's pace, where huge pages' gain (fewer TLB misses) is
 small; 4 KiB pages cost the same every time, so a job's makespan is one that can be predicted.
 
-The trade, measured by that benchmark: after 1.5 s idle numpy's fill of 256 MiB was 1.9-3.7x
-slower than 4 KiB pages' and spread 1.9x from run to run (4 KiB pages: 1.03x); with no pause,
-when the kernel has huge pages at hand that a process just freed, it was 3.3x faster in the
-median run and 2.2x slower in the worst. Whoever wants numpy's behaviour back sets numpy's own
-switch, NUMPY_MADVISE_HUGEPAGE=1, and these buffers then come from np.empty too.
+The rule: a steady cost over a sometimes faster one. Huge pages win only when the kernel has
+some at hand; after an idle spell their first touch is slower and varies from run to run, which
+4 KiB pages do not (the figures: BENCHMARKS.md, "First touch"). Whoever wants numpy's behaviour
+back sets numpy's own switch, NUMPY_MADVISE_HUGEPAGE=1, and these buffers then come from np.empty too.
 
 Arrays smaller than MAPPED_MIN_BYTES come from np.empty as before: they are below numpy's own
 huge-page threshold, and a mapping per small array would waste a system call and its rounding.

@@ -1,27 +1,21 @@
 """What earlier jobs of the same shape took on an endpoint, and the prediction they give (pure).
 
-The model (core/sharing.py) prices a job from a probe of a few tens of milliseconds, taken
-just before the read. On 2 shared cores, or behind a proxy, the probe's short rounds move
-more from one job to the next than the jobs themselves do (bench.predictions: one fixed
-prediction per cell could hold 57 of 60 runs within 0.8-1.25, the probe's model held 34). A job
-that ran before on the same endpoint with the same shape (the same ranks on the same nodes,
-about the same streams, bytes and requests per rank) measured what the probe
-only samples: the whole read, every rank at once, for its full length. Centres run the same
-pre-stage again and again, so that record is usually there.
-
-So once an endpoint has such jobs, the predicted makespan is the median of the newest of them
-(each scaled to this job's bytes, or requests where those bind), and the model's own figure is
-kept beside it. Where a probe ran for this job, its model is one more vote in that median: it
-measured today's link, and with one or two records one slow job would otherwise set the
-prediction alone (bench.predictions at 7e71707: a 1.43 s warm-up, then jobs of 0.37-0.50 s; scored
-from the recorded runs, the vote held 55 of 60 runs where the records' median held 45, and 193
-of 235 over five runs against 183). With five records the vote moves the median by at most one
-place. Where the probe's model disagrees with the records by more than MODEL_AGREES, the link has
-changed since (the probe sees today's link; the records, last week's), and the model's figure
-stands. Where no probe ran (a read too small to repay one), the model is a cached measurement or
-the configured default, and the records of this very shape are the better measurement: they
-stand whatever the model says (a thin box behind a slow shared pipe, priced at the configured
-75 MB/s, was predicted 5-19x too fast).
+The rule. A job is priced by the model (core/sharing.py) from a probe of a few tens of
+milliseconds, which samples the link; an earlier job of the same shape on the same endpoint
+(`JobShape.similar`: the same ranks on the same nodes, about the same streams, bytes and
+requests per rank) measured the whole read, every rank at once, for its full length. So once an
+endpoint has such records:
+- the predicted makespan is the median of the NEWEST similar records, each scaled to this job's
+  bytes (or requests, where those bind); the model's own figure is kept beside it;
+- where a probe ran for this job, its model is one more vote in that median: it measured today's
+  link, and with one or two records one slow job would otherwise set the prediction alone (with
+  NEWEST records the vote moves the median by at most one place);
+- where the probe's model and the records disagree by more than MODEL_AGREES, the link has
+  changed since the records were made, and the model's figure stands;
+- where no probe ran (a read too small to repay one), the model is a cached measurement or the
+  configured default, and the records of this very shape stand whatever the model says.
+The runs that chose these rules and their scores are in BENCHMARKS.md ("Predicted against
+measured", bench.predictions).
 """
 from __future__ import annotations
 
@@ -37,8 +31,8 @@ SIMILAR = 1.5  # the busiest rank's bytes and requests within this factor: the s
 THREADS_SIMILAR = 2.0  # and its streams within this one
 NEWEST = 5  # the median of at most this many of the newest similar jobs
 # Further apart than this, the link changed: the probe's model stands. Wider than the model's own
-# miss from one job to the next (up to 2.9x here: a 4-rank seed 001 job predicted 0.29 s took
-# 0.089 s); a smaller change the median follows within a few jobs, as new jobs are kept.
+# miss from one job to the next (BENCHMARKS.md, bench.predictions); a smaller change the median
+# follows within a few jobs, as new jobs are kept.
 MODEL_AGREES = 3.0
 KEEP = 32  # records per endpoint: enough for a few shapes' NEWEST
 REQUEST_TERMS = (REQUESTS, LATENCY)  # terms whose time grows with requests, not bytes
@@ -181,8 +175,8 @@ def with_floors(alone: CostModel, shared: SharedCapacity, shape: JobShape, past,
     Only jobs of the same method with at most this job's streams and bytes count, per rank for
     the link and per node for the pipe: under a per-connection cap more streams move more (a
     job of 16 streams says nothing of what 8 get), and a larger job's rate hides the start-up
-    that a smaller one spreads over fewer bytes (seed 001's box, 53 MB, priced at the 512 MiB
-    whole cube's rate was predicted 1.4x fast on loopback). A floor never makes a pipe where
+    that a smaller one spreads over fewer bytes, so a small job priced at a large one's rate is
+    predicted too fast. A floor never makes a pipe where
     none was seen to bind, and one over MODEL_AGREES x what the probe saw means the link
     changed since: the probe stands."""
     notes = []

@@ -231,9 +231,8 @@ def measure_shared(crew: Crew, topology: Topology, settings, *, source: str, met
 
     Where no `nodes` round fits, one rank on each node reads `look_bytes`, all at once (a look
     across nodes; the driver's `across_nodes_bytes`, 0 where the job's nodes were seen reading at
-    once before): the store's egress behind the nodes shows nowhere else, and a small job priced
-    without it on 4 nodes ran 1.6-2.4x its prediction (three of the emulated cluster's 10 MB/s
-    NICs fill its 25 MB/s egress)."""
+    once before): the store's egress behind the nodes shows nowhere else, and a job priced without
+    it is predicted too fast wherever a few nodes' NICs together fill that egress."""
     rounds = round_participants(topology) if settings.probe is not None else []
     streams = max(1, min(settings.threads, ROUND_STREAMS_MAX))
     # Where rank 0's streams added up, each connection is capped and a flow keeps its rate when

@@ -41,8 +41,8 @@ MiB = 1 << 20
 # Below this a "bandwidth" read measures latency again (TCP slow start, a proxy's first chunk).
 MIN_PROBE_READ_BYTES = 256 << 10
 CPU_PER_BYTE_MIN_READ_BYTES = 1 * MiB  # a smaller read's CPU per byte drowns in its CPU per request
-# Two streams on a link they share measured 0.89-1.17x one here (loopback); on Acacia's
-# per-connection cap 2.0x, but 1.26-1.42x in rounds where the shared cores slowed both.
+# Two streams that move at most this much more than one share the link (within a round's noise);
+# more means a per-connection cap, which more streams get round. Figures: BENCHMARKS.md, probe.
 SHARED_SCALING_MAX = 1.15
 
 
