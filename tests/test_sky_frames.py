@@ -210,3 +210,29 @@ def test_frame_names_round_trip_through_astropy():
         frame, _ = frame_and_text(kind, year)
         assert astropy_frame(name).is_equivalent_frame(frame) and frame_of(frame) == name, name
     assert frame_of(FK4(equinox="B1950", obstime="J1990")) is None  # no name says it: carried to ICRS
+
+
+def test_one_star_on_the_command_line_gives_its_j2000_box(tmp_path):
+    """`python -m ingest run --pos` with the star in FK5 J2010 (a frame word in --pos, or --frame)
+    and in FK4 B1950 writes the one file the J2000 box names, with that box's pixels."""
+    import glob
+    import subprocess
+    import sys
+
+    header = _image_header("fk5")
+    path = tmp_path / "image.fits"
+    data = _write_image(path, header, (160, 160))
+    j2000 = world_box(header, (160, 160), pos=SkyCircle.around(STAR, RADIUS))
+    j2010, b1950 = STAR.transform_to(FK5(equinox="J2010")), STAR.transform_to(B1950)
+    ra10, dec10, ra50, dec50 = (repr(float(v)) for v in (j2010.ra.deg, j2010.dec.deg, b1950.ra.deg, b1950.dec.deg))
+    forms = [["--pos", _texts(STAR)[0]],
+             ["--pos", f"circle {ra10}deg {dec10}deg 20arcsec", "--frame", "fk5 J2010"],
+             ["--pos", f"circle {ra50}deg {dec50}deg 20arcsec", "--frame", "FK4"]]
+    for i, form in enumerate(forms):
+        out = tmp_path / f"out{i}"
+        done = subprocess.run([sys.executable, "-m", "ingest", "run", "--source", str(path), "--method", "posix",
+                               "--output-dir", str(out), *form], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (form, done.stderr[-2000:])
+        (written,) = glob.glob(str(out / "*.fits"))
+        with fits.open(written) as hdul:
+            np.testing.assert_array_equal(hdul[0].data, data[tuple(slice(a, b) for a, b in j2000.box)], err_msg=str(form))

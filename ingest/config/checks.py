@@ -68,7 +68,7 @@ def _expected(meta) -> str:
         return "true or false"
     if kind == "companions":
         return "NAME=SOURCE entries (a name such as weights, then the companion cube's path or URL)"
-    if kind in ("str", "path", "grid", "region", "region_shape", "overlap", "pos", "band", "channels"):
+    if kind in ("str", "path", "grid", "region", "region_shape", "overlap", "pos", "band", "channels", "frame"):
         return f"a non-empty string ({unit})" if unit else "a non-empty string"
     noun = {"int": "an integer", "float": "a number", "bytes": "a byte count", "rate": "a number"}[kind]
     low, high = meta["low"], meta["high"]
@@ -125,6 +125,10 @@ def _convert(name: str, meta, value):
             raise _bad(name, meta, value)
         return value.strip().lower()
     _check_syntax(name, kind, value)
+    if kind == "frame":
+        from ingest.sky.regions import normalize_frame
+
+        return normalize_frame(value)
     return {"grid": value.strip().lower(), "region": value.strip(), "region_shape": value.strip().lower(),
             "overlap": value.strip()}.get(kind, value)
 
@@ -191,6 +195,13 @@ def _check_syntax(name: str, kind: str, value: str) -> None:
         from ingest.sky.regions import parse_band, parse_channels, parse_pos
 
         {"pos": parse_pos, "band": parse_band, "channels": parse_channels}[kind](value)
+    elif kind == "frame":
+        from ingest.sky.regions import normalize_frame
+
+        try:
+            normalize_frame(value)
+        except ConfigError as exc:
+            raise ConfigError(f"{name}: {exc}") from None
     elif name == "endpoint_url" and source_form(value) != "http":
         raise ConfigError(f"endpoint_url: expected an http(s):// URL, got {redact_url(value)!r}")
     elif name == "dest":

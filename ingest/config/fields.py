@@ -118,8 +118,9 @@ class RunConfig:
     channels: str | None = _opt(None, commands=REGION_TAKERS, unit="channels, inclusive", kind="channels",
                                 help="restrict the job to channels 'LO HI' (SODA's CHANNEL, 0-based, both included)",
                                 shown_default="every channel")
-    frame: str = _opt("icrs", commands=REGION_TAKERS + CUTOUTS, kind="choice", choices=("icrs", "fk5", "galactic"),
-                      help="the celestial frame of pos (and of a catalogue's ra/dec); a frame word in pos wins")
+    frame: str = _opt("icrs", commands=REGION_TAKERS + CUTOUTS, unit="icrs, fk5, fk4, galactic; fk5/fk4 with an equinox",
+                      kind="frame", help="the celestial frame of pos (and of a catalogue's ra/dec), e.g. 'fk5 J2010', "
+                                         "'fk4' (B1950); a frame word in pos wins")
     velocity_convention: str = _opt("radio", commands=REGION_TAKERS + CUTOUTS, kind="choice",
                                     choices=("radio", "optical", "relativistic"),
                                     help="how a velocity in band (or a catalogue's) maps to frequency")
