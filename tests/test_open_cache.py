@@ -7,11 +7,8 @@ asked, and the data is compared with astropy's and h5py's reading of the local f
 """
 from __future__ import annotations
 
-import http.client
 import threading
 import warnings
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
 
 import astropy.units as u
 import h5py
@@ -29,11 +26,11 @@ from ingest.testbed.synth_hdf5 import write_hdf5_cube
 from ingest.transports.base import MemoryTransport
 from ingest.transports.cached import CachedTransport
 from ingest.transports.retry import RetryPolicy, read_with_retries
+from tests.forwarding import ForwardingProxy
 
 pytestmark = pytest.mark.timeout(300)
 
 SHAPE = (24, 160, 200)  # float32, 3 MiB: z, y, x
-_HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "expect", "proxy-connection"}
 
 
 # == the bookkeeping, against a set of bytes ==================================================
@@ -142,53 +139,22 @@ def test_a_broken_run_resumes_after_what_arrived_and_what_was_held():
 
 
 # == a proxy that logs what the store is asked ==================================================
-class RangeLog:
+class RangeLog(ForwardingProxy):
     """A loopback HTTP proxy in front of one store that passes everything through and logs the
     (start, stop) of each ranged GET (`ranges`)."""
 
     def __init__(self, upstream: str):
-        target = urlsplit(upstream)
-        self.upstream = (target.hostname, target.port)
         self.ranges: list[tuple[int, int]] = []
-        lock, log = threading.Lock(), self
+        self._lock = threading.Lock()
+        super().__init__(upstream, self._log)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def _forward(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS}
-                spec = self.headers.get("Range")
-                if self.command == "GET" and spec and spec.startswith("bytes="):
-                    first, last = spec[len("bytes="):].split("-")
-                    with lock:
-                        log.ranges.append((int(first), int(last) + 1))
-                upstream = http.client.HTTPConnection(*log.upstream, timeout=60)
-                try:
-                    upstream.request(self.command, self.path, body=body or None, headers=headers)
-                    reply = upstream.getresponse()
-                    data = reply.read()
-                    self.send_response(reply.status, reply.reason)
-                    for name, value in reply.getheaders():
-                        if name.lower() not in _HOP_HEADERS and name.lower() != "content-length":
-                            self.send_header(name, value)
-                    length = reply.getheader("Content-Length") if self.command == "HEAD" else str(len(data))
-                    self.send_header("Content-Length", length or "0")
-                    self.end_headers()
-                    if self.command != "HEAD":
-                        self.wfile.write(data)
-                finally:
-                    upstream.close()
-
-            do_GET = do_HEAD = _forward
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def _log(self, method: str, path: str, body: bytes, headers: dict):
+        spec = next((v for k, v in headers.items() if k.lower() == "range"), None)
+        if method == "GET" and spec and spec.startswith("bytes="):
+            first, last = spec[len("bytes="):].split("-")
+            with self._lock:
+                self.ranges.append((int(first), int(last) + 1))
+        return body, headers
 
     def asked_bytes(self) -> int:
         return sum(b - a for a, b in self.ranges)
@@ -200,10 +166,6 @@ class RangeLog:
             union += max(0, b - max(a, end))
             end = max(end, b)
         return self.asked_bytes() - union
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture(scope="module")

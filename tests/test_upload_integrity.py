@@ -6,7 +6,6 @@ byte in the body of chosen UploadPart requests and passes everything else throug
 """
 from __future__ import annotations
 
-import http.client
 import io
 import json
 import os
@@ -14,7 +13,6 @@ import threading
 import uuid
 import warnings
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
@@ -27,61 +25,24 @@ from ingest.staging.upload import upload_file
 from ingest.testbed.synth import write_cube
 from ingest.transports.retry import RetryPolicy
 from tests.conftest import _delete_bucket
+from tests.forwarding import ForwardingProxy
 from tests.mpitools import child_env, cli
 
 pytestmark = pytest.mark.timeout(240)
 
 SHAPE = (24, 256, 320)  # float32, 7.5 MiB: two parts of 5 MiB
-_HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "expect", "proxy-connection"}
 
 
-class FaultProxy:
+class FaultProxy(ForwardingProxy):
     """A loopback HTTP proxy in front of one store: UploadPart requests (PUT with partNumber) for
     part `part` get one byte of their body flipped, the first `times` of them (None: every one);
     `strip_md5` also drops their Content-MD5, as a store that ignores it would. `damaged` counts."""
 
     def __init__(self, upstream: str, part: int = 2, times: int | None = None, strip_md5: bool = False):
-        target = urlsplit(upstream)
-        self.upstream = (target.hostname, target.port)
         self.part, self.times, self.strip_md5 = part, times, strip_md5
         self.damaged = 0
         self._lock = threading.Lock()
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive, and 100-continue answered for botocore's Expect
-
-            def log_message(self, *args):
-                pass
-
-            def _forward(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS}
-                body, headers = proxy._maybe_damage(self.command, self.path, body, headers)
-                upstream = http.client.HTTPConnection(*proxy.upstream, timeout=60)
-                try:
-                    upstream.request(self.command, self.path, body=body, headers=headers)
-                    reply = upstream.getresponse()
-                    data = reply.read()
-                    self.send_response(reply.status, reply.reason)
-                    for name, value in reply.getheaders():
-                        if name.lower() not in _HOP_HEADERS and name.lower() != "content-length":
-                            self.send_header(name, value)
-                    length = reply.getheader("Content-Length") if self.command == "HEAD" else str(len(data))
-                    self.send_header("Content-Length", length or "0")
-                    self.end_headers()
-                    if self.command != "HEAD":
-                        self.wfile.write(data)
-                finally:
-                    upstream.close()
-
-            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self._thread.start()
+        super().__init__(upstream, self._maybe_damage)
 
     def _maybe_damage(self, method: str, path: str, body: bytes, headers: dict):
         query = parse_qs(urlsplit(path).query)
@@ -96,10 +57,6 @@ class FaultProxy:
         if self.strip_md5:
             headers = {k: v for k, v in headers.items() if k.lower() != "content-md5"}
         return bytes(damaged), headers
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture(params=["versitygw", "ceph"])
