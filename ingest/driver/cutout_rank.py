@@ -10,9 +10,10 @@ made durable by one sync per group and renamed into place (`ingest.atomic.Durabl
 only then journalled. A group closes at PUBLISH_FILES cut-outs or PUBLISH_AFTER_S of work since its
 first, whichever comes first: the count bounds its memory in the page cache, the time what a
 signal or a kill can lose. A group is published on a thread of its own while the rank cuts the next
-one, so the disk writes while the CPU cuts; at most one group is in flight, every group is
-published before its band is counted done, and a group that fails to publish raises on the rank's
-thread and leaves no file. At SIGINT or SIGTERM (`cutout_progress.Stop`) the rank cuts no more:
+one (a band's last group too, while the next band or tile is read), so the disk writes while the
+CPU cuts; at most one group is in flight, every group is published before the rank's work is
+counted done (`RankOutput`, one per rank across all its runs), and a group that fails to publish
+raises on the rank's thread and leaves no file. At SIGINT or SIGTERM (`cutout_progress.Stop`) the rank cuts no more:
 the group in flight is published and journalled, the cut-outs not yet handed over are removed.
 Chunked HDF5 data is read per cut-out through its chunks instead.
 """
@@ -112,11 +113,11 @@ class _Finisher:
                 self._first_s = self.clock()
             self.pending.append((source, path, requests, wire_bytes))
         if len(self.pending) >= PUBLISH_FILES or self.clock() - self._first_s >= PUBLISH_AFTER_S:
-            self._hand_over()
+            self.hand_over()
 
     def flush(self) -> None:
         """Every file added so far published and journalled."""
-        self._hand_over()
+        self.hand_over()
         self._take_back()
 
     def close(self) -> None:
@@ -132,7 +133,8 @@ class _Finisher:
                 batch.discard()
             self._worker.shutdown(wait=True)
 
-    def _hand_over(self) -> None:
+    def hand_over(self) -> None:
+        """The pending group to the worker (after taking back the one in flight): at most one in flight."""
         self._take_back()  # one group in flight at most: its files' memory is the page cache's
         with self.stop.held():
             if not self.pending or self.stop.requested:
@@ -208,7 +210,7 @@ def _stream(transport, job, cfg: RunConfig, sources, write, finisher: _Finisher,
                 raw = None  # one gathered cut-out at a time
                 finisher.add(sources[k], path, round(float(plan.source_requests[k]), 3),
                              int(round(plan.source_wire_bytes[k])))
-        finisher.flush()
+        finisher.hand_over()  # published while the next band (or tile) is read; the rank's end waits
         tally.read_s, tally.cut_s = tally.read_s + (t1 - t0), tally.cut_s + (MPI.Wtime() - t1)
 
 
@@ -225,39 +227,68 @@ def _chunked(transport, job, cfg: RunConfig, sources, write, finisher: _Finisher
         tally.add(stats)
         with finisher.stop.held():
             finisher.add(source, write(source, raw), stats.requests, stats.bytes_wire)
-    finisher.flush()
+    finisher.hand_over()
 
 
-def cut_rank(comm, cfg: RunConfig, job, sources, progress=None,
-             budget_bytes: int | None = None) -> tuple[list[dict], dict]:
+class RankOutput:
+    """Where one rank's cut-outs go across all its runs (one cube's, or one per tile of a
+    collection): one sink and journal, one DurableBatch and one publish thread, so a run of one
+    tile costs its cut-outs, not a sink, a thread and a sync of its own. `entries` fills as groups
+    are published; `close` publishes what is pending and leaves the sink."""
+
+    def __init__(self, cfg: RunConfig, rank: int, progress=None):
+        self.entries: list[dict] = []
+        self.sink, self.durable = sinks.RankSink(cfg, rank), DurableBatch()
+        self.finisher = _Finisher(self.sink, self.durable, self.entries, progress)
+
+    def __enter__(self) -> "RankOutput":
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        try:
+            if kind is None:
+                self.finisher.flush()  # the last group, published and journalled
+        finally:
+            with STOP.held():  # what was published is journalled, the rest removed, before a signal ends the rank
+                self.finisher.close()
+                self.durable.discard()
+                self.sink.close()
+
+
+def cut_rank(comm, cfg: RunConfig, job, sources, progress=None, budget_bytes: int | None = None,
+             output: RankOutput | None = None) -> tuple[list[dict], dict]:
     """Every rank: its `sources` (CutoutSource, in object order); (manifest entries, the rank's
-    record). `budget_bytes`: its bands' budget (default the config's cutout_batch_bytes)."""
+    record). `budget_bytes`: its bands' budget (default the config's cutout_batch_bytes). With
+    `output` (a run of one tile among the rank's others) the cut-outs go to it and are published
+    by its close: the entries returned are those published so far."""
     rank = comm.Get_rank()
-    tally, entries = RankTally(rank, cfg.cutout_batch_bytes if budget_bytes is None else budget_bytes), []
+    tally = RankTally(rank, cfg.cutout_batch_bytes if budget_bytes is None else budget_bytes)
     if not sources:
-        return entries, tally.record(0)
+        return [], tally.record(0)
+    if output is None:
+        with RankOutput(cfg, rank, progress) as own:
+            _cut(cfg, job, sources, own, tally)
+        return own.entries, tally.record(len(own.entries))
+    _cut(cfg, job, sources, output, tally)
+    return output.entries, tally.record(len(sources))
+
+
+def _cut(cfg: RunConfig, job, sources, output: RankOutput, tally: RankTally) -> None:
+    """`sources` of one cube (`job`) read through a transport of their own, written to `output`."""
     options = {}
     if job.method == "presigned" and job.signer_args is not None:
         from ingest.transports.presign import url_signer
 
         options["refresh_url"] = url_signer(*job.signer_args)
-    sink, durable = sinks.RankSink(cfg, rank), DurableBatch()
     headers = None
     if job.layout.kind == "fits":
         from ingest.outputs.cutout_headers import CutoutHeaders
 
         headers = CutoutHeaders(job.layout)
-    finisher = _Finisher(sink, durable, entries, progress)
+    sink, durable = output.sink, output.durable
     read = _stream if job.layout.storage == "contiguous" else _chunked
-    try:
-        with open_transport(job.read_source, job.method, threads=job.settings.threads, **transport_options(cfg),
-                            **options) as transport:
-            transport.adopt(job.info)
-            read(transport, job, cfg, sources, lambda src, raw: _write(sink, job, src, raw, durable, headers),
-                 finisher, tally)
-    finally:
-        with STOP.held():  # what was published is journalled, the rest removed, before a signal ends the rank
-            finisher.close()
-            durable.discard()
-            sink.close()
-    return entries, tally.record(len(entries))
+    with open_transport(job.read_source, job.method, threads=job.settings.threads, **transport_options(cfg),
+                        **options) as transport:
+        transport.adopt(job.info)
+        read(transport, job, cfg, sources, lambda src, raw: _write(sink, job, src, raw, durable, headers),
+             output.finisher, tally)

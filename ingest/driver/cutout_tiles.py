@@ -11,13 +11,17 @@ within a tile, in object order along its band axis, split over the ranks in cont
 of about equal bytes (core.cutplan.split_by_bytes over each cut-out's bytes). A rank may so cut
 from several tiles in turn, each through its own transport and layout, and a tile with one source
 costs one source, not a tile's start-up on every rank. Each rank's stretch of one tile is cut by
-the single-cube path (cutout_rank.cut_rank) with the rank's band budget, one tile after the other:
-memory stays within cutout_batch_bytes.
+the single-cube path (cutout_rank.cut_rank) with the rank's band budget, one tile after the other,
+into one RankOutput per rank (one sink, journal, publish thread; a group's sync spans tiles and a
+tile's last group is published while the next tile is read): memory stays within
+cutout_batch_bytes.
 """
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+
+from mpi4py import MPI
 
 from ingest.config import RunConfig
 from ingest.config.settings import configured_settings, retry_policy, transport_options, tunable
@@ -26,7 +30,7 @@ from ingest.core.cutstripes import band_axis
 from ingest.core.linkprobe import LATENCY_THREADS
 from ingest.driver import cutout_sinks as sinks
 from ingest.driver.cutout_job import Catalogue, CutoutJob, gap_bytes
-from ingest.driver.cutout_rank import cut_rank
+from ingest.driver.cutout_rank import RankOutput, cut_rank
 from ingest.driver.cutout_sources import CutoutSource, Requests, _rest_hz, parse_columns, parse_offset
 from ingest.driver.mpi import Handout
 from ingest.errors import ConfigError
@@ -232,21 +236,25 @@ _SUMMED = ("elapsed_s", "sources", "requests", "bytes_wire", "bytes_needed", "re
 def cut_tiles(comm, cfg: RunConfig, job: TilesJob, groups, progress=None,
               budget_bytes: int | None = None) -> tuple[list[dict], dict]:
     """Every rank: its runs of one tile each, cut one tile after the other by cut_rank (each tile
-    its own transport and layout, the same band budget); (manifest entries, the rank's record:
-    the tiles' records summed, their bands listed with the tile they read)."""
-    entries, records = [], []
-    for t, sources in groups:
-        done, record = cut_rank(comm, cfg, job.jobs[t], sources, progress=progress, budget_bytes=budget_bytes)
-        entries += done
-        records.append((job.jobs[t].read_source, record))
-    if not records:
-        return entries, cut_rank(comm, cfg, None, [], budget_bytes=budget_bytes)[1]
+    its own transport and layout, the same band budget) into one RankOutput for all of them (one
+    sink, publish thread and sync per group, whatever tile the group's files came from);
+    (manifest entries, the rank's record: the tiles' records summed, their bands listed with the
+    tile they read)."""
+    records = []
+    t0 = MPI.Wtime()
+    if not groups:
+        return [], cut_rank(comm, cfg, None, [], budget_bytes=budget_bytes)[1]
+    with RankOutput(cfg, comm.Get_rank(), progress) as output:
+        for t, sources in groups:
+            _, record = cut_rank(comm, cfg, job.jobs[t], sources, budget_bytes=budget_bytes, output=output)
+            records.append((job.jobs[t].read_source, record))
     out = dict(records[0][1])
     for key in _SUMMED:
         out[key] = sum(r.get(key, 0) for _, r in records)
+    out["elapsed_s"], out["sources"] = MPI.Wtime() - t0, len(output.entries)  # with the last group's publish
     out["memory_bound_bytes"] = max(r.get("memory_bound_bytes", 0) for _, r in records)
     out["buffer_bytes_max"] = max(r.get("buffer_bytes_max", 0) for _, r in records)
     out["bands"] = [{**b, "tile": name} for name, r in records for b in r.get("bands", ())]
     out["plan_choice"] = "; ".join(f"{name}: {r['plan_choice']}" for name, r in records if r.get("plan_choice"))
     out["tiles"] = [name for name, _ in records]
-    return entries, out
+    return output.entries, out
