@@ -56,7 +56,8 @@ for module in $modules; do
     # (counted killed: an endless loop); CPU time, so a loaded machine does not time out a mutant
     echo "timeout_multiplier = 3.0"
     echo "timeout_constant = 2.0"
-    echo "pytest_add_cli_args = -p no:cacheprovider -q"
+    # a fixed seed: a mutant's verdict must not depend on which examples hypothesis drew this time
+    echo "pytest_add_cli_args = -p no:cacheprovider -q --hypothesis-seed=0"
     echo "pytest_add_cli_args_test_selection ="
     for f in $files; do [[ -f $root/$f ]] && echo "    $f"; done
   } > "$work/setup.cfg"

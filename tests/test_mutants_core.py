@@ -55,7 +55,7 @@ def test_box_runs_are_the_boxs_maximal_byte_runs_in_any_range(shape, itemsize):
         mask = _byte_mask(box, shape, itemsize)
         for lo, hi in itertools.product(edges, edges):
             starts, lengths = box_runs(box, shape, itemsize, lo, hi)
-            assert starts.dtype == np.int64 and lengths.dtype == np.int64, (box, lo, hi)
+            assert starts.dtype == np.int64 and lengths.dtype == np.int64 and len(starts) == len(lengths)
             want = _segments(mask, lo, hi) if lo < hi else []
             assert list(zip(starts.tolist(), lengths.tolist())) == want, (shape, box, itemsize, lo, hi)
 
@@ -246,8 +246,36 @@ def test_the_reason_for_a_balanced_split_names_its_runs_and_the_slow_axis_altern
                                           "8 B (16 B) (balance 1.50, predicted 0.001 s)")
 
 
-def test_auto_grid_counts_zero_threads_as_one_and_refuses_zero_ranks():
-    one = auto_grid((4, 8, 8), 1, 4, chunk_bytes=100, threads=1)
-    assert auto_grid((4, 8, 8), 1, 4, chunk_bytes=100, threads=0) == one
-    with pytest.raises(ConfigError, match=r"grid: need at least 1 rank, got 0"):
-        auto_grid((4, 8, 8), 0, 4)
+def test_auto_grid_counts_zero_threads_as_one_and_refuses_a_rank_count_that_is_no_whole_number():
+    # 11 requests x 0.01 s / 1 thread + 1024 B / 1e6 B/s = 0.111 s
+    _, reason = auto_grid((4, 8, 8), 1, 4, latency_s=0.01, bandwidth_bytes_per_s=1e6, chunk_bytes=100, threads=0)
+    assert reason.endswith("(balance 1.00, predicted 0.111 s)")
+    for bad in (0, True, 2.0):
+        with pytest.raises(ConfigError, match=rf"grid: need at least 1 rank, got {bad!r}"):
+            auto_grid((4, 8, 8), bad, 4)
+
+
+def test_a_halo_that_is_no_whole_number_and_a_cube_without_voxels_are_refused_by_name():
+    for bad in (True, 1.5, -1):
+        with pytest.raises(ConfigError, match=rf"halo: expected a whole number of pixels >= 0, got {bad!r}"):
+            grid_boxes((4, 4), (2, 2), bad)
+    with pytest.raises(RegionError, match=r"cube has no axes \(NAXIS = 0\): nothing to split among ranks"):
+        grid_boxes((), ())
+    with pytest.raises(RegionError, match=r"cube shape \(3, 0\) has an empty axis: nothing to split among ranks"):
+        grid_boxes((3, 0), (1, 1))
+
+
+def test_chunk_aligned_cuts_follow_the_regions_origin_in_the_dataset():
+    # chunks of 4 from dataset pixel 0; the region starts at pixel 2, so its first chunk boundary is at 2
+    assert grid_boxes((8,), (2,), chunk_shape=(4,), origin=(2,)) == [((0, 6),), ((6, 8),)]
+    assert grid_boxes((8,), (2,), chunk_shape=(4,)) == [((0, 4),), ((4, 8),)]
+
+
+def test_a_grid_given_as_numbers_is_checked_with_its_own_spelling():
+    with pytest.raises(ConfigError, match=r"grid: '1x1x2' splits 3 axes but the cube has only 2"):
+        grid_boxes((2, 3), (1, 1, 2))
+    with pytest.raises(ConfigError, match=r"grid: every axis needs at least 1 part, got 0x1"):
+        grid_boxes((2, 3), (0, 1))
+    with pytest.raises(ConfigError, match=r"grid: 2x1 makes 2 boxes but there are 3 ranks "
+                                          r"\(the product of the parts must equal the number of ranks\)"):
+        grid_boxes((2, 3), (2, 1), n_ranks=3)
