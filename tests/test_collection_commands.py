@@ -204,3 +204,31 @@ def test_info_and_plan_of_a_collection_count_sources_per_tile_in_overlaps_and_of
     assert c["prediction"]["makespan_s"] > 0 and c["prediction"]["ranks"] == 4 and c["requests"] > 0
     text = cli(["plan", glob, "--catalogue", survey.catalogue_path, "--size", survey.size], env).stdout
     assert "predicted makespan" in text and f"{picks.count(None)} off every tile" in text
+
+
+def test_a_rank_cuts_all_its_tiles_into_one_sink_and_publish_thread(survey, tmp_path, monkeypatch):
+    """A rank's runs of one tile each share one RankOutput: one sink (journal, publish thread), not
+    one per tile; every source of every run published by its end, each from the rule's tile."""
+    from mpi4py import MPI
+
+    from ingest.config import RunConfig
+    from ingest.driver import cutout_rank, cutout_tiles
+    from ingest.driver.mpi import topology
+
+    glob = os.path.join(os.path.dirname(survey.tiles[0].path), "*.fits")
+    cfg = RunConfig(source=glob, catalogue=survey.catalogue_path, size=survey.size, output_dir=str(tmp_path / "out"),
+                    probe=False, strategy="large")
+    handout = cutout_tiles.prepare_tiles(cfg, topology(MPI.COMM_SELF))
+    runs = handout.per_rank[0]
+    assert len(runs) > 1  # the survey's sources lie on several tiles
+    sinks_made, real = [], cutout_rank.sinks.RankSink
+    monkeypatch.setattr(cutout_rank.sinks, "RankSink", lambda *a: sinks_made.append(a) or real(*a))
+    entries, record = cutout_tiles.cut_tiles(MPI.COMM_SELF, cfg, handout.shared, runs)
+    assert len(sinks_made) == 1
+    assert sorted(e["name"] for e in entries) == sorted(s.name for _, sources in runs for s in sources)
+    assert record["sources"] == len(entries) and len(record["tiles"]) == len(runs)
+    expected = _expected(survey)
+    for e in entries:
+        t, box = expected[e["name"]]
+        assert e["tile"]["name"] == _key(glob, survey.tiles[t])
+        _check_cutout(os.path.join(cfg.output_dir, e["file"]), survey, t, box)
