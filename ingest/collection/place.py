@@ -87,8 +87,9 @@ class _Circles:
             rows = np.array([k for k, i in enumerate(self.index) if regions[i].frame == frame])
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                icrs = SkyCoord([regions[self.index[k]].lon_deg for k in rows],
-                                [regions[self.index[k]].lat_deg for k in rows], unit="deg",
+                # Arrays, not lists: SkyCoord parses a list of floats one element at a time.
+                icrs = SkyCoord(np.array([regions[self.index[k]].lon_deg for k in rows], float),
+                                np.array([regions[self.index[k]].lat_deg for k in rows], float), unit="deg",
                                 frame=astropy_frame(frame)).icrs
             self.vectors[rows] = _vectors(icrs.ra.deg, icrs.dec.deg)
         self.others = np.setdiff1d(np.arange(self.n), self.index)
