@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ingest.core.cutplan import (SpanPlan, box_runs, box_selection, box_spans, gather_box, merge_runs, plan_spans,
-                                 rank_share_box, split_axis, split_by_bytes)
+                                 rank_share_box, source_order, split_axis, split_by_bytes)
 from ingest.core.selection import Selection
 from ingest.errors import RegionError
 from ingest.formats.fits import FitsLayout
@@ -133,3 +133,10 @@ def test_a_box_is_a_selection_that_drops_no_axis_and_must_match_the_cube():
     for box in (((1, 1), (0, 2)), ((0, 5), (0, 2)), ((-1, 1), (0, 2))):
         with pytest.raises(RegionError, match=r"box .* is empty or outside the cube \(shape \(4, 4\), numpy order\)"):
             box_selection(box, (4, 4))
+
+
+def test_sources_are_ordered_by_their_start_on_the_split_axis_then_by_first_byte():
+    layout = _layout((10, 6))
+    boxes = [((2, 4), (0, 2)), ((0, 10), (3, 5)), ((2, 3), (1, 2))]
+    assert source_order(layout, boxes, 0) == [1, 0, 2]  # starts 0, 2, 2; the tie by first byte
+    assert source_order(layout, boxes, 1) == [0, 2, 1]
