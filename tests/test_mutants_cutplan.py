@@ -26,6 +26,12 @@ def _filled(plan, layout, shape):
     return cube, buffer
 
 
+def test_a_rank_share_is_the_bounding_box_with_its_planes_split_rounding_up():
+    boxes = [((2, 5), (1, 3), (0, 2)), ((9, 12), (3, 5), (1, 4))]  # bounds: planes 2..12, rows 1..5, columns 0..4
+    assert rank_share_box(boxes, 3) == ((2, 6), (1, 5), (0, 4))  # 10 planes / 3 ranks: 4 each
+    assert rank_share_box(boxes, 1) == ((2, 12), (1, 5), (0, 4))
+
+
 def test_a_rank_share_needs_boxes_and_ranks():
     for boxes, n_ranks in (([], 2), ([((0, 4), (0, 4))], 0)):
         with pytest.raises(ValueError, match=rf"rank_share_box: {len(boxes)} box\(es\), {n_ranks} rank\(s\): "
