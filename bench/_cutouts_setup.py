@@ -90,9 +90,9 @@ def write_catalogue(path: str, cube: common.Cube, n_sources: int, seed: int) -> 
 
 def source_boxes(cube: common.Cube, catalogue: str, size: str) -> list[tuple[str, tuple]]:
     """(file stem, numpy-order half-open box) of every source that has a box, by ingest's own rule
-    (ingest.driver.cutout_sources on the local copy): the boxes every candidate cuts."""
+    (ingest.driver.cutouts.sources on the local copy): the boxes every candidate cuts."""
     from ingest.config import load_config
-    from ingest.driver.cutout_sources import cube_sources
+    from ingest.driver.cutouts.sources import cube_sources
     from ingest.formats.reader import read_layout
     from ingest.transports import open_transport
 

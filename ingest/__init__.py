@@ -43,7 +43,7 @@ def cutouts(source, catalogue, output_dir=None, *, comm=None, config=None, **set
     `python -m ingest cutouts` does (settings: its options, e.g. size="5arcmin 300km/s",
     columns=..., threads=...). Collective over `comm` (default: this process alone); rank 0
     returns the report, the others None. MPI is imported only when this is called."""
-    from ingest.driver.cutouts import cutouts_api
+    from ingest.driver.cutouts.command import cutouts_api
 
     return cutouts_api(source, catalogue, output_dir, comm=comm, config=config, **settings)
 

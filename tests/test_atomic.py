@@ -119,7 +119,7 @@ def _finisher_files(tmp_path, finisher, durable, names):
 def test_groups_are_published_in_the_background_in_order(tmp_path, monkeypatch):
     """A cut-out rank's finisher: a group of PUBLISH_FILES goes to the worker while the next is
     written; flush publishes the rest; entries, journal and progress come back in order."""
-    from ingest.driver import cutout_rank
+    from ingest.driver.cutouts import rank as cutout_rank
 
     monkeypatch.setattr(cutout_rank, "PUBLISH_FILES", 3)
     durable, entries, sink, progress = atomic.DurableBatch(), [], _Sink(), []
@@ -147,7 +147,7 @@ def test_groups_are_published_in_the_background_in_order(tmp_path, monkeypatch):
 
 
 def test_a_group_that_fails_to_publish_raises_on_the_ranks_thread_and_leaves_no_file(tmp_path, monkeypatch):
-    from ingest.driver import cutout_rank
+    from ingest.driver.cutouts import rank as cutout_rank
 
     def syncfs(fd):
         atomic.ctypes.set_errno(errno.EIO)

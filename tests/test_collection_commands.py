@@ -1,4 +1,4 @@
-"""The commands over a collection of tile cubes (ingest.driver.cutout_tiles, run --pos, ingest.open):
+"""The commands over a collection of tile cubes (ingest.driver.cutouts.tiles, run --pos, ingest.open):
 every cut-out checked bit for bit against the tile astropy's own computation of the tile rule
 picks (tests.test_collection's oracle), over the survey test bed in a real S3 store."""
 from __future__ import annotations
@@ -212,7 +212,8 @@ def test_a_rank_cuts_all_its_tiles_into_one_sink_and_publish_thread(survey, tmp_
     from mpi4py import MPI
 
     from ingest.config import RunConfig
-    from ingest.driver import cutout_rank, cutout_tiles
+    from ingest.driver.cutouts import rank as cutout_rank
+    from ingest.driver.cutouts import tiles as cutout_tiles
     from ingest.driver.mpi import topology
 
     glob = os.path.join(os.path.dirname(survey.tiles[0].path), "*.fits")

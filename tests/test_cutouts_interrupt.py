@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from ingest import atomic
-from ingest.driver import cutout_rank
-from ingest.driver.cutout_progress import Interrupted, Stop
+from ingest.driver.cutouts import rank as cutout_rank
+from ingest.driver.cutouts.progress import Interrupted, Stop
 from ingest.testbed.synth import write_cube
 from tests.mpitools import ROOT, child_env
 

@@ -16,7 +16,7 @@ from astropy.io import fits
 
 from ingest.config import load_config
 from ingest.config.arguments import add_run_arguments, config_from_args
-from ingest.driver.cutout_sources import cube_sources
+from ingest.driver.cutouts.sources import cube_sources
 from ingest.errors import ConfigError
 from ingest.formats.reader import read_layout
 from ingest.sky.bands import SpectralRange, readable

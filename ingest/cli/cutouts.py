@@ -1,13 +1,13 @@
-"""`python -m ingest cutouts`: every source of a catalogue cut out of one cube (ingest.driver.cutouts)."""
+"""`python -m ingest cutouts`: every source of a catalogue cut out of one cube (ingest.driver.cutouts.command)."""
 from __future__ import annotations
 
 from ingest.config import add_run_arguments, config_from_args
 
 
 def _cli(args) -> int:
-    # SIGINT and SIGTERM stop the job with what it cut kept (driver.cutout_progress): taken before
+    # SIGINT and SIGTERM stop the job with what it cut kept (driver.cutouts.progress): taken before
     # MPI starts, so that no signal meets Python's default traceback.
-    from ingest.driver.cutout_progress import STOP, Interrupted, end_interrupted
+    from ingest.driver.cutouts.progress import STOP, Interrupted, end_interrupted
 
     STOP.install()
     comm = None
@@ -17,7 +17,7 @@ def _cli(args) -> int:
         from ingest.driver.mpi import root_step, run_or_abort, world
 
         comm = world()
-        from ingest.driver.cutouts import cutouts
+        from ingest.driver.cutouts.command import cutouts
 
         def command(comm, parsed):
             try:

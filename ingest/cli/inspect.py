@@ -178,7 +178,7 @@ def _plan(args) -> int:
     if job is not None:
         summary["job"] = job["summary"]
     if cfg.catalogue:  # the cut-out job of a catalogue, priced on the job's ranks (one by default)
-        from ingest.driver.cutout_plan import plan_catalogue
+        from ingest.driver.cutouts.plan import plan_catalogue
 
         topology = job["topology"] if job is not None else job_topology(1, None, cores, site)[0]
         priced = job["priced"] if job is not None else settings

@@ -4,7 +4,7 @@
 and, with --pos/--band, the tile the rule picks for that region. `plan --catalogue` adds how many
 sources fall on each tile, in overlaps (held by two tiles or more) and off every tile, and the
 cut-out job's predicted makespan on --ranks (default 1): the same split over ranks and the same
-bands per tile the job makes (driver.cutout_tiles.split_work, core.cutstripes.plan_stripe), priced
+bands per tile the job makes (driver.cutouts.tiles.split_work, core.cutstripes.plan_stripe), priced
 by the configured cost model before any data moves (no probe: the tiles' link is one store's).
 """
 from __future__ import annotations
@@ -120,8 +120,8 @@ def collection_plan(cfg, args, topology) -> int:
 def _plan_catalogue(cfg, collection, topology) -> dict:
     from ingest.core.cutstripes import band_axis, plan_stripe
     from ingest.core.sharing import RankLoad, predict_job
-    from ingest.driver.cutout_job import gap_bytes
-    from ingest.driver.cutout_tiles import open_tiles, split_work, tile_sources
+    from ingest.driver.cutouts.job import gap_bytes
+    from ingest.driver.cutouts.tiles import open_tiles, split_work, tile_sources
 
     sources, choices, _ = tile_sources(cfg, collection)
     tiles = collection.tiles

@@ -127,7 +127,7 @@ class RunConfig:
     rest_frequency: str | None = _opt(None, commands=REGION_TAKERS + CUTOUTS, unit="frequency with unit", kind="str",
                                       help="rest frequency for velocities, e.g. 1420.405752MHz",
                                       shown_default="the header's RESTFRQ/RESTFREQ")
-    # cutouts (ingest.driver.cutouts): every source of a catalogue cut out of the cube.
+    # cutouts (ingest.driver.cutouts.command): every source of a catalogue cut out of the cube.
     catalogue: str | None = _opt(None, unit="path", kind="path", commands=CUTOUTS + ("plan",),
                                  help="cutouts: the source catalogue: SoFiA-2's ASCII or VOTable, or any table astropy "
                                       "reads (CSV, ECSV, VOTable, FITS) (required)")

@@ -1,6 +1,6 @@
 """What rank 0 decides for a cut-out job and broadcasts (`CutoutJob`), what it keeps for itself
 (`Catalogue`), and the gap one request reads over: shared by one cube's job (driver.cutouts) and a
-collection's (driver.cutout_tiles), each tile of which is cut as one cube's job.
+collection's (driver.cutouts.tiles), each tile of which is cut as one cube's job.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ signal or a kill can lose. A group is published on a thread of its own while the
 one (a band's last group too, while the next band or tile is read), so the disk writes while the
 CPU cuts; at most one group is in flight, every group is published before the rank's work is
 counted done (`RankOutput`, one per rank across all its runs), and a group that fails to publish
-raises on the rank's thread and leaves no file. At SIGINT or SIGTERM (`cutout_progress.Stop`) the rank cuts no more:
+raises on the rank's thread and leaves no file. At SIGINT or SIGTERM (`progress.Stop`) the rank cuts no more:
 the group in flight is published and journalled, the cut-outs not yet handed over are removed.
 Chunked HDF5 data is read per cut-out through its chunks instead.
 """
@@ -32,8 +32,8 @@ from ingest.config import RunConfig
 from ingest.config.settings import retry_policy, transport_options
 from ingest.core.cutplan import box_bytes
 from ingest.core.cutstripes import band_cutouts, carry_over, plan_stripe
-from ingest.driver import cutout_sinks as sinks
-from ingest.driver.cutout_progress import STOP
+from ingest.driver.cutouts import sinks
+from ingest.driver.cutouts.progress import STOP
 from ingest.engine.executor import run_requests
 from ingest.outputs import cutouts as outputs
 from ingest.transports import open_transport

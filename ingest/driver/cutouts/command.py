@@ -5,10 +5,10 @@ through the cube's WCS, or SoFiA-2's bounding box plus a margin), drops the cut-
 run left whole for the same request (`outputs.cutouts.resume`), and splits the rest over the
 ranks in contiguous stretches balanced by bytes, along the axis whose stripes the cost model
 predicts streamed soonest (`core.cutstripes.choose_split`). Each rank then streams its stripe
-once, band by band (`cutout_rank`), handing on each cut-out as the read passes its last plane,
+once, band by band (`rank`), handing on each cut-out as the read passes its last plane,
 written whole or not at all. Rank 0 gathers the records into manifest.json and the report, with
 which reading each rank chose and why. A collection of tile cubes as the source (a glob, a prefix
-ending in '/', @FILE) is prepared and cut by `cutout_tiles`: each source from the tile the rule picks.
+ending in '/', @FILE) is prepared and cut by `tiles`: each source from the tile the rule picks.
 """
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ from ingest.core.cutplan import box_selection, rank_share_box
 from ingest.core.cutstripes import choose_split, rank_budget_bytes
 from ingest.core.sharing import RankLoad, predict_job
 from ingest.core.linkprobe import LATENCY_THREADS
-from ingest.driver import cutout_sinks as sinks
-from ingest.driver.cutout_progress import Progress, Reporter
-from ingest.driver.cutout_job import Catalogue, CutoutJob, gap_bytes, outputs_cube
-from ingest.driver.cutout_rank import cut_rank
-from ingest.driver.cutout_sources import sources_and_request
-from ingest.driver.cutout_tiles import TilesJob, cut_tiles, prepare_tiles
+from ingest.driver.cutouts import sinks
+from ingest.driver.cutouts.progress import Progress, Reporter
+from ingest.driver.cutouts.job import Catalogue, CutoutJob, gap_bytes, outputs_cube
+from ingest.driver.cutouts.rank import cut_rank
+from ingest.driver.cutouts.sources import sources_and_request
+from ingest.driver.cutouts.tiles import TilesJob, cut_tiles, prepare_tiles
 from ingest.driver.job import tune_for_job
 from ingest.driver.mpi import Handout, all_agree_or_raise, root_step, topology
 from ingest.driver.probe_rounds import root_step_with_crew
@@ -50,7 +50,7 @@ def prepare(cfg: RunConfig, topology, crew=None) -> Handout:
     """Rank 0: header, catalogue, boxes, what is already done, the link (and, with `crew`, what
     the ranks share: as `run` measures it), and the split over ranks: the CutoutJob for all, each
     rank's contiguous stretch of sources in object order, and the Catalogue for rank 0. A
-    collection of tiles (ingest.collection) goes to driver.cutout_tiles.prepare_tiles."""
+    collection of tiles (ingest.collection) goes to driver.cutouts.tiles.prepare_tiles."""
     if is_collection(cfg.source):
         return prepare_tiles(cfg, topology, crew)
     sinks.check_outputs(cfg)

@@ -10,8 +10,8 @@ from ingest.config import RunConfig
 from ingest.core.cutplan import box_bytes
 from ingest.core.cutstripes import choose_split, plan_stripe
 from ingest.core.sharing import RankLoad, predict_job
-from ingest.driver.cutout_sources import cube_sources
-from ingest.driver.cutouts import gap_bytes
+from ingest.driver.cutouts.sources import cube_sources
+from ingest.driver.cutouts.job import gap_bytes
 
 
 def plan_catalogue(cfg: RunConfig, layout, settings, topology, shared) -> dict:

@@ -2,7 +2,7 @@
 
 Rank 0 opens the collection (through its index), reads the catalogue once and asks the tile rule
 (ingest.collection.place) which tile each source is cut from and its box there; a source off
-every tile is skipped with the rule's reason. Each source's request (cutout_sources.Requests)
+every tile is skipped with the rule's reason. Each source's request (sources.Requests)
 carries its tile's identity (key, size, ETag or mtime), so a replaced tile re-cuts its sources
 and only them. A catalogue's pixel boxes (`bbox` sizes) are refused: they name pixels of one cube.
 
@@ -28,10 +28,10 @@ from ingest.config.settings import configured_settings, retry_policy, transport_
 from ingest.core.cutplan import box_bytes, box_selection, rank_share_box, source_order, split_by_bytes
 from ingest.core.cutstripes import band_axis
 from ingest.core.linkprobe import LATENCY_THREADS
-from ingest.driver import cutout_sinks as sinks
-from ingest.driver.cutout_job import Catalogue, CutoutJob, gap_bytes
-from ingest.driver.cutout_rank import RankOutput, cut_rank
-from ingest.driver.cutout_sources import CutoutSource, Requests, _rest_hz, parse_columns, parse_offset
+from ingest.driver.cutouts import sinks
+from ingest.driver.cutouts.job import Catalogue, CutoutJob, gap_bytes
+from ingest.driver.cutouts.rank import RankOutput, cut_rank
+from ingest.driver.cutouts.sources import CutoutSource, Requests, _rest_hz, parse_columns, parse_offset
 from ingest.driver.mpi import Handout
 from ingest.errors import ConfigError
 from ingest.outputs import cutouts as outputs
@@ -55,7 +55,7 @@ class TilesJob:
     cut-outs to make now (by the tile's index in the collection), and what the report and
     manifest say of the collection. Each rank's share is a list of (tile index, its sources)."""
 
-    jobs: dict  # tile index -> driver.cutout_job.CutoutJob
+    jobs: dict  # tile index -> driver.cutouts.job.CutoutJob
     collection: dict  # the manifest's `cube`: the collection's spec, with no identity of its own
     tiles: tuple  # per tile: {"name", "etag", "last_modified", "object_bytes", "sources", "todo"}
     settings: object
@@ -147,7 +147,7 @@ def open_tiles(cfg: RunConfig, tiles, method: str) -> list[tuple]:
 
 def prepare_tiles(cfg: RunConfig, topology, crew=None) -> Handout:
     """Rank 0 for a collection (module docstring): the TilesJob for all, each rank's list of
-    (tile index, sources in object order), and the driver.cutout_job.Catalogue for rank 0."""
+    (tile index, sources in object order), and the driver.cutouts.job.Catalogue for rank 0."""
     from ingest.collection.open import open_collection
     sinks.check_outputs(cfg)
     method = cfg.resolved_method
