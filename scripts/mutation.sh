@@ -18,7 +18,7 @@ declare -A tests_of=(
   [core/decompose]="tests/test_decompose.py tests/test_tiles.py tests/test_parts.py tests/test_mutants_core.py"
   [core/cutplan]="tests/test_cutplan.py tests/test_mutants_cutplan.py"
   [formats/fits]="tests/test_fits_geometry.py tests/test_planner_properties.py tests/test_cutplan.py tests/test_mutants_fits.py"
-  [sky/bands]="tests/test_sky_units.py tests/test_sky_catalogue.py tests/test_mutants_sky.py"
+  [sky/bands]="tests/test_sky_units.py tests/test_sky_catalogue.py tests/test_sky_regions.py tests/test_sky_pixels.py tests/test_mutants_sky.py"
   [sky/pixels]="tests/test_sky_pixels.py tests/test_sky_frames.py tests/test_mutants_sky.py"
   [sky/regions]="tests/test_sky_regions.py tests/test_sky_pixels.py tests/test_sky_frames.py tests/test_mutants_sky.py"
 )
