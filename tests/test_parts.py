@@ -113,7 +113,9 @@ def test_halo_regions_each_write_exactly_their_core(case):
 
 
 @FAST
-@given(w=st.integers(3, 30), m=st.integers(0, 2), shape=st.tuples(st.integers(40, 60), st.integers(40, 60),
+# w >= 4: at w = 3 and m = 2 a 60-voxel cube splits into 1,080 regions, more than s2p_setup makes
+# (999), and s2p_regions refuses them as it should (hypothesis found that draw once).
+@given(w=st.integers(4, 30), m=st.integers(0, 2), shape=st.tuples(st.integers(40, 60), st.integers(40, 60),
                                                                     st.integers(40, 60)))
 def test_s2p_overlapping_regions_are_cut_in_the_middle(w, m, shape):
     regions = s2p_regions(shape, (w + 6, w + 5, w + 4), (m, m))
