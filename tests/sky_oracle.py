@@ -146,3 +146,28 @@ def channel_members(values: np.ndarray, lo: float, hi: float):
     """(strict, loose) channels -1..n in [lo, hi], with a relative tolerance on the edges."""
     tolerance = 1e-9 * np.nanmax(np.abs(values))
     return (values > lo + tolerance) & (values < hi - tolerance), (values >= lo - tolerance) & (values <= hi + tolerance)
+
+
+def check_members_box(header, nx: int, ny: int, region, strict, loose):
+    """ingest's world_box for `region` against the oracle's (strict, loose) members: every strict
+    member in the box, nothing but loose members bounding it, clipping as the ring says; a refusal
+    only when no pixel centre is a member, naming the region. The WorldBox, or None if refused."""
+    from ingest.errors import RegionError
+    from ingest.sky.pixels import world_box
+
+    must, may = bbox(strict), bbox(loose)
+    try:
+        got = world_box(header, (ny, nx), pos=region)
+    except RegionError as exc:
+        assert must is None, f"{region.describe()}: refused ({exc}) but pixels {must} are in it"
+        assert region.describe(for_people=True) in str(exc)
+        return None
+    assert may is not None, f"{region.describe()}: box {got.box} but no pixel centre is in it"
+    (y0, y1), (x0, x1) = got.box
+    if must is not None:
+        assert x0 <= must[0] and x1 >= must[1] and y0 <= must[2] and y1 >= must[3], (region.describe(), got.box, must)
+    assert x0 >= may[0] and x1 <= may[1] and y0 >= may[2] and y1 <= may[3], (region.describe(), got.box, may)
+    names = (header["CTYPE1"].split("-")[0].lower(), header["CTYPE2"].split("-")[0].lower())
+    for name, must_clip, may_clip in zip(names, ring(strict), ring(loose)):
+        assert must_clip <= (name in got.clipped) <= may_clip, (region.describe(), name, got.clipped, must_clip, may_clip)
+    return got
