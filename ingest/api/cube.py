@@ -16,45 +16,44 @@ A cube pickles as its source, settings and what was learned (layout, object iden
 model), never a connection or a key, so dask can ship it to workers: an unpickled cube opens its
 own transport on its first read (keys for s3:// from boto3's standard chain where it runs) and
 reads the version the original pinned (ETag, or a file's size and mtime).
+
+This module opens and reads; the cube's description from its layout (shape, header, WCS) is
+ingest.api.metadata's, its cut-outs ingest.api.cutouts', its cache budget and counts
+ingest.api.caching's (CubeStats, CACHE_BYTES and cache_budget stay importable from here).
 """
 from __future__ import annotations
 
-import math
 import os
 import threading
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 import numpy as np
 
+from ingest.api.caching import CACHE_BYTES, CubeStats, cache_budget
+from ingest.api.cutouts import CutoutMethods
 from ingest.api.indexing import basic_index
-from ingest.api.read import apply_scaling, plan_with, read_selection, to_native
-from ingest.config import RunConfig, load_config, shown_source
+from ingest.api.metadata import CubeMetadata
+from ingest.api.read import plan_with, read_selection
+from ingest.config import RunConfig, load_config
 from ingest.config.settings import (Settings, configured_settings, read_options, resolve_settings, retry_policy,
                                     transport_options, tunable)
 from ingest.core.cost import CostModel
-from ingest.core.cutplan import box_selection, gather_box, plan_spans, rank_share_box
 from ingest.core.lattice import Plan
 from ingest.core.linkprobe import LATENCY_THREADS
 from ingest.core.plan import storage_of
-from ingest.core.selection import box_to_region, normalize
+from ingest.core.selection import normalize
 from ingest.core.tuning import THREADS_MAX
-from ingest.engine.executor import execute, run_requests
+from ingest.engine.executor import execute
 from ingest.formats.reader import read_any_layout_timed
 from ingest.transports import open_transport
 from ingest.transports.cached import CachedTransport
 from ingest.transports.retry import RetryPolicy
-from ingest.units import MiB, format_bytes, parse_bytes
 from ingest.api.options import TRANSPORT_OPTIONS, keyword_names, refuse_unknown
 from ingest.collection.spec import is_collection
 
 # Transport options that are live objects, never pickled: a boto3 client holds credentials and a
 # connection pool, a re-signing callable may close over keys. An unpickled cube goes without them.
 _LIVE_OPTIONS = ("client", "refresh_url")
-
-# What a cube keeps of the bytes it read, by default: room for a few hundred cut-outs or a few
-# dozen channel maps of a large cube, small beside a notebook's memory (fsspec's BlockCache keeps
-# 32 blocks of a file; a cube's reads are larger than its 5 MB blocks).
-CACHE_BYTES = 256 * MiB
 
 
 @dataclass(frozen=True)
@@ -69,43 +68,7 @@ class _Spec:
     cache_bytes: int = CACHE_BYTES  # memory for bytes already read (0: none)
 
 
-@dataclass
-class CubeStats:
-    """What this cube's reads have cost so far, over all threads (this process's copy only).
-
-    bytes_wire is what the plans asked for (the bytes needed and the gaps merged between them);
-    of those, bytes_from_cache came from the cube's memory and bytes_from_store over the wire."""
-
-    reads: int = 0  # plans executed: one per read(), cube[...] or dask task
-    requests: int = 0  # the plans' requests, before the cache took what it held
-    bytes_needed: int = 0
-    bytes_wire: int = 0
-    retries: int = 0
-    bytes_from_cache: int = 0
-    bytes_from_store: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(self, stats) -> None:
-        with self._lock:
-            self.reads += 1
-            self.requests += stats.requests
-            self.bytes_needed += stats.bytes_needed
-            self.bytes_wire += stats.bytes_wire
-            self.retries += stats.retries
-
-    def add_served(self, from_cache_bytes: int, from_store_bytes: int) -> None:
-        """Bytes of a read taken from the cube's cache and from the store (the cache's tally)."""
-        with self._lock:
-            self.bytes_from_cache += from_cache_bytes
-            self.bytes_from_store += from_store_bytes
-
-    def __str__(self) -> str:
-        return (f"{self.reads} reads, {self.requests} requests, {format_bytes(self.bytes_needed)} needed, "
-                f"{format_bytes(self.bytes_wire)} asked: {format_bytes(self.bytes_from_cache)} from cache, "
-                f"{format_bytes(self.bytes_from_store)} from the store, {self.retries} retries")
-
-
-class RemoteCube:
+class RemoteCube(CubeMetadata, CutoutMethods):
     """One FITS HDU or HDF5 dataset in an object store, sliced like a numpy array.
 
     Made by `ingest.open(source, ...)`; see its help for the options. `cube[key]` takes numpy
@@ -199,86 +162,6 @@ class RemoteCube:
         return ("ingest.RemoteCube", s.source, s.method, s.hdu, s.dataset, s.native_byteorder, self.shape,
                 self.dtype.str, info.object_bytes, info.etag, info.last_modified)
 
-    # -- what it is ----------------------------------------------------------------------------
-    @property
-    def source(self) -> str:
-        """The source as it may be shown (a presigned URL's query removed)."""
-        return shown_source(self._spec.cfg.source)
-
-    @property
-    def layout(self):
-        """Where the data lies in the object (ingest.formats: FITS Layout or H5Layout)."""
-        return self._layout
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """Numpy axis order (FITS: NAXISn reversed; HDF5: the dataset's)."""
-        return self._layout.shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        """What reads return: astropy's (scaled) dtype for FITS, the stored one for HDF5; big-endian
-        as stored unless the cube was opened with native_byteorder=True."""
-        dtype = self._layout.out_dtype
-        return dtype.newbyteorder("=") if self._spec.cfg.native_byteorder else dtype
-
-    @property
-    def ndim(self) -> int:
-        """Number of axes."""
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        """Number of voxels."""
-        return math.prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the whole cube as read (dtype.itemsize x size)."""
-        return self.size * self.dtype.itemsize
-
-    @property
-    def chunks(self) -> tuple[int, ...] | None:
-        """HDF5 chunked: the storage chunk shape (as h5py's Dataset.chunks; dask's auto chunks
-        follow it); None for FITS and contiguous data."""
-        index = self._layout.chunks
-        return tuple(index.chunk_shape) if index is not None else None
-
-    def __len__(self) -> int:
-        """Length of the first (slowest, numpy order) axis."""
-        return self.shape[0]
-
-    @property
-    def header(self):
-        """FITS: the HDU's header (astropy.io.fits.Header). HDF5: None (see attrs)."""
-        if self._layout.kind != "fits":
-            return None
-        from astropy.io import fits
-
-        return fits.Header.fromstring(self._layout.header_text)
-
-    @property
-    def attrs(self) -> dict:
-        """HDF5: the dataset's attributes. FITS: the header's keywords and values (no COMMENT/HISTORY)."""
-        if self._layout.kind != "fits":
-            return dict(self._layout.attrs)
-        return {k: v for k, v in self.header.items() if k not in ("COMMENT", "HISTORY", "")}
-
-    @property
-    def wcs(self):
-        """astropy.wcs.WCS of every axis the header describes, FITS axis order: a Stokes axis too
-        (a FITS cube's `wcs.naxis == cube.ndim`), and a cut-out's WCS is this one shifted to its
-        box; `wcs.celestial` and `wcs.spectral` give the sky and spectral parts. From the FITS
-        header, or HDF5 attributes carrying CTYPEn as the CARTA/IDIA schema's; else None."""
-        from ingest.api.labels import cube_wcs
-
-        return cube_wcs(self, celestial_spectral=False)
-
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
-        where = f" hdu {self._spec.cfg.hdu}" if self._layout.kind == "fits" else f" {self._layout.dataset}"
-        return f"<ingest.RemoteCube {self.source}{where} shape={self.shape} dtype={self.dtype.str} {state}>"
-
     # -- reading -------------------------------------------------------------------------------
     def __getitem__(self, key):
         """numpy basic indexing, numpy's meaning (clipped slices, negative steps, None); one plan."""
@@ -314,106 +197,6 @@ class RemoteCube:
             summary["tuning"] = settings.tuning.as_dict()
         return summary
 
-    def world_box(self, pos=None, band=None, channels=None, **options):
-        """The box (ingest.sky.pixels.WorldBox) a sky region, spectral range or channels select:
-        see `cutout`. Nothing is read."""
-        from ingest.api.sky import world_box_of
-
-        return world_box_of(self._connect()[1], pos, band, channels, **options)
-
-    def cutout(self, center=None, radius=None, spectral=None, *, pos=None, channels=None, convention="radio",
-               rest=None, frame="icrs"):
-        """Read every pixel whose centre lies within `radius` (an angular Quantity) of `center` (a
-        SkyCoord of one position: ICRS, FK5 or Galactic) and, with `spectral=(lo, hi)` (Quantities
-        of frequency, vacuum wavelength or velocity; velocities by `convention` about `rest`,
-        default the header's RESTFRQ), in that range. `pos` takes any other sky region (SODA text,
-        a SkyRange, a SkyPolygon) instead of center and radius. Returns an ingest.api.sky.Cutout:
-        data, WCS shifted to the box (every axis, as cube.wcs), the box, what the cube's edges
-        clipped, and the file the command line writes for that box (header, beams, writeto,
-        to_hdulist, to_spectral_cube). Many positions (an array SkyCoord): `cutouts`."""
-        from ingest.api.sky import one_position
-
-        options = dict(frame=frame, convention=convention, rest=rest)
-        return self._cutouts([one_position(center, radius, pos)], [spectral], channels, options)[0]
-
-    def cutouts(self, center=None, radius=None, spectral=None, *, pos=None, channels=None, convention="radio",
-                rest=None, frame="icrs") -> list:
-        """`cutout` for many positions, read by one plan: a list of Cutouts, one per position of
-        `center` (a SkyCoord of any shape, flattened in C order) within `radius` (one angle, or an
-        array of one per position), or one per region of the list `pos`. `spectral` is one (lo, hi)
-        for all or a list of one per position. Every box's bytes are asked for once, in one set
-        of requests (neighbours' shared and nearby bytes merged, as the cutouts command reads a
-        catalogue); each cut-out equals what `cutout` gives for its position alone."""
-        from ingest.api.sky import many_positions, per_position
-
-        regions = many_positions(center, radius, pos)
-        options = dict(frame=frame, convention=convention, rest=rest)
-        return self._cutouts(regions, per_position(spectral, len(regions), "spectral"), channels, options)
-
-    def _cutouts(self, regions, bands, channels, options) -> list:
-        """The Cutouts of (sky region, spectral range) pairs, their boxes read together."""
-        from ingest.api.sky import Cutout, shifted_wcs
-
-        found = []
-        for index, (pos, band) in enumerate(zip(regions, bands)):
-            try:
-                found.append(self.world_box(pos, band, channels, **options))
-            except Exception as exc:
-                if len(regions) > 1:
-                    exc.add_note(f"cutouts: position {index} of {len(regions)}")
-                raise
-        raws = self._read_boxes([box.box for box in found])
-        wcs, layout = self.wcs, self._layout
-        return [Cutout(self._as_read(raw), shifted_wcs(wcs, box.box), box.box, box.clipped, box.region_text,
-                       layout=layout, raw=raw) for box, raw in zip(found, raws)]
-
-    def _as_read(self, raw: np.ndarray) -> np.ndarray:
-        """Stored values as `read` returns them (astropy's scaling, the byte order asked for);
-        never `raw` changed in place (a cut-out writes it)."""
-        data = apply_scaling(raw, self._layout)
-        if self._spec.cfg.native_byteorder:
-            data = to_native(data.copy() if data is raw else data)
-        return data
-
-    def _read_boxes(self, boxes) -> list:
-        """The RAW stored values of each box (numpy-order half-open pairs). Contiguous data: ONE
-        plan for them all, as the cutouts command reads a band (ingest.core.cutplan.plan_spans:
-        every box's runs merged where the gap between them costs less than a request, cut into
-        requests of the settings' chunk_bytes), each box gathered from the one buffer. Chunked
-        HDF5: each box through its chunks. Settings are those of the boxes' bounding box."""
-        transport, layout = self._connect()
-        reader, spec = self._reader or transport, self._spec
-        settings = self._settings(transport, layout, box_selection(rank_share_box(boxes, 1), layout.shape))
-        if storage_of(layout) != "contiguous":
-            raws = []
-            for box in boxes:
-                sel, plan = plan_with(layout, box_to_region(box), settings)
-                raw, stats = read_selection(reader, layout, sel, plan, convert=False, threads=settings.threads,
-                                            retry=spec.retry)
-                self._count(stats, reader)
-                raws.append(raw)
-            return raws
-        gap = settings.cost.gap_bytes if settings.max_gap_bytes is None else settings.max_gap_bytes
-        plan = plan_spans(layout, boxes, max_gap_bytes=gap, chunk_bytes=settings.chunk_bytes)
-        buffer = np.empty(plan.buffer_bytes, np.uint8)
-        at = plan.request_buffer_offsets()
-
-        def one(i, worker):
-            start, n = int(plan.request_starts[i]), int(plan.request_stops[i] - plan.request_starts[i])
-            yield memoryview(buffer)[int(at[i]): int(at[i]) + n], start
-            return n
-
-        stats = run_requests(plan.n_requests, one, reader, needed_bytes=plan.needed_bytes,
-                             buffer_bytes=settings.chunk_bytes, wire_bytes=plan.wire_bytes, threads=settings.threads,
-                             retry=spec.retry)
-        self._count(stats, reader)
-        raws = []
-        for box in boxes:
-            raw = gather_box(plan, buffer, layout, box)
-            if len(boxes) > 1 and np.may_share_memory(raw, buffer):
-                raw = raw.copy()  # else one kept cut-out keeps every box's bytes alive
-            raws.append(raw)
-        return raws
 
     def _count(self, stats, reader) -> None:
         """Add one executed plan to `stats`; without a cache every byte asked came from the store."""
@@ -593,14 +376,6 @@ def open(
     cube._connect()  # the header now: a wrong source, HDU or dataset fails here, not on the first read
     return cube
 
-
-def cache_budget(cache: int | str | bool | None) -> int:
-    """`ingest.open`'s cache= as bytes: True the default, 0/False/None none, else a byte count."""
-    if cache is True:
-        return CACHE_BYTES
-    if cache is None or cache is False:
-        return 0
-    return parse_bytes(cache, "cache")
 
 
 _CONFIG_FIELDS = {f.name for f in fields(RunConfig)}
