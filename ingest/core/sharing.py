@@ -16,6 +16,11 @@ behind a capped connection of its own. So a rank takes the longer of its busiest
 of waits and bytes and one wait plus the largest of those byte times; the job, its slowest
 rank; and the term that is largest binds: no plan moves the job faster than that pipe carries
 the wire bytes it needs.
+
+One module: the job prediction (predict_job, share_cost) and the fits that feed it from measured
+rounds (SharedRound, shared_from_rounds, alone_from_rounds) are the two directions of one model,
+each SharedCapacity term's fit kept beside the formula that reads it, so a change to a term is made
+and reviewed in one file.
 """
 from __future__ import annotations
 

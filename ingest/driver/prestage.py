@@ -7,6 +7,10 @@ reads its regions straight from the wire into the output files (one mapped windo
 so memory is bounded by the plan, not the region). As each region completes its rank tells
 rank 0, whose listener thread rewrites the manifest; rank 0 publishes a file once every region
 in it is done, then writes the SoFiA-2 parameter files and the report.
+
+One module: its private helpers are the steps of the one prestage protocol (rank 0 prepares, ranks
+verify and write, rank 0's listener rewrites the manifest and publishes), which reads top to bottom
+in prestage(); none is used elsewhere.
 """
 from __future__ import annotations
 

@@ -40,6 +40,10 @@ Errors: a file that cannot be read, is empty, or names columns it lacks is a Con
 naming the file, raised before any data moves. A row with a bad value (a NaN RA, a Dec outside
 -90..90, a negative or inverted bounding box, no name) is kept with its problem recorded; the
 size rule (`ingest.sky.sources`) skips it, with that reason, when it needs that value.
+
+One module: recognising columns and normalising rows share the table, the chosen columns and the
+per-row notes (_choose_columns -> _normalise -> _sky, _spectral, _bbox); the file formats' readers
+are already ingest.sky.tables and ingest.sky.sofia_files.
 """
 from __future__ import annotations
 

@@ -22,6 +22,10 @@ BadDigest four times without saying so, and every retry must count against the s
 throttled part (503 SlowDown, 429, a refused connection) is not a failure: the rank's Limiter
 (ingest.engine.throttle) lowers its parts in flight and the part waits a jittered backoff,
 bounded by the policy's total_s, not its retries.
+
+One module: Upload, PartUploader and PartFailures share the checksum helpers and the one error
+classification (_classify, _call, _call_part) that decides what is retried, throttled or fatal;
+split, the rule for a part and for the upload could drift apart.
 """
 from __future__ import annotations
 

@@ -10,6 +10,10 @@ transport and executor on --threads threads. Every body lands in a buffer alloca
 pages touched) before the clock starts - the whole download's when it fits in memory, else one
 reused chunk buffer per thread - so allocation is not what is measured. Every run records a
 CRC-32 of the bytes, so the study can check that all libraries downloaded the same thing.
+
+One module: it is one runnable measurement (python -m ingest.study.libraries) whose downloaders,
+buffer rule and CRC-32 check are what its JSON records, read top to bottom; no other module uses
+its parts.
 """
 from __future__ import annotations
 

@@ -5,6 +5,10 @@ renders, analysis/study_figures.py draws), so each number can be tested on rows 
 Only status 'ok' rows enter a median; failed and timed-out rows are counted beside it, never
 averaged in and never read as zero. A point with no ok row has no value (None), and whoever
 shows it says it is missing.
+
+One module: every number of the study report is computed from the same row helpers (of, groups,
+point, spread, ranks_of), and report.py reads them as one namespace; split by figure, each part
+would import all the helpers and the report every part.
 """
 from __future__ import annotations
 

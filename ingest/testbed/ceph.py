@@ -16,6 +16,9 @@ process dies however it dies (`setpriv --pdeathsig`), so a killed test run leave
 `python -m ingest.testbed.ceph` runs one by hand: it prints the endpoints, the keys and the
 `export` lines, and waits for Ctrl-C. Debian packages: ceph-mon ceph-osd radosgw ceph-common
 (scripts/setup.sh installs them).
+
+One module: CephRGW is one object around one temp dir's daemons, its start, waits, tools and
+teardown all using the same paths, config and process list.
 """
 from __future__ import annotations
 

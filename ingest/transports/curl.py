@@ -12,6 +12,10 @@ Endpoint, addressing style, CA and proxy are ingest.transports.environment's, as
 Each body is written by libcurl's write callback straight into its place in the destination
 (the output array or a mapped window of the staged file); the one copy beyond the kernel's is
 pycurl handing libcurl's receive buffer to Python.
+
+One module: CurlSession drives the handles CurlTransport makes and checks (new_handle, prepare,
+outcome, the _Transfer each carries), and CurlS3Transport only signs a URL for it; split, each part
+would need the others' private transfer state.
 """
 from __future__ import annotations
 

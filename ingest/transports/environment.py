@@ -11,6 +11,10 @@ Credentials stay with boto3's own chain. An explicit ingest option always wins.
 
 PRECEDENCE lists, per setting, where it is looked for (first found wins); `describe_environment`
 says which one each setting came from, with secrets redacted.
+
+One module: PRECEDENCE and the _Resolver that follows it are the one place every engine's settings
+are read, by design; split, the precedence table and the code applying it would sit apart and could
+disagree.
 """
 from __future__ import annotations
 

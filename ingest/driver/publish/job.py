@@ -19,6 +19,10 @@ makes the launcher end the job: rank 0 catches the SIGTERM that comes before the
 If rank 0 itself is killed, the upload stays unfinished; the next publish of the key says so
 (--resume or --overwrite).
 Every message names the rank, the part and the key.
+
+One module: the failure handling (abort, resume, SIGTERM, the status exchange) wraps every step of
+_publish and _upload, so they read together; the planning and the rounds are already
+ingest.driver.publish.plan and .rounds.
 """
 from __future__ import annotations
 
