@@ -5,7 +5,7 @@
 After ingest's own main returns, writes $INGEST_BENCH_PEAK_DIR/rank<N>.json with VmHWM and
 VmRSS (bytes): the rank's peak includes its output array, its scatter buffers and the HTTP
 buffers of every thread, which is what the memory bound is about. Not ru_maxrss: see
-bench/_read_once.py for why a child's ru_maxrss can start at its parent's peak. The wrapper
+bench/reads/_read_once.py for why a child's ru_maxrss can start at its parent's peak. The wrapper
 itself imports the standard library only: a module it loaded (boto3, the prestage driver) would
 be in every rank's peak without the job's needing it.
 """

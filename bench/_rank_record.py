@@ -1,4 +1,4 @@
-"""What a benchmark's per-rank wrapper (bench/_rank_startup.py, bench/_rank_peak.py) shares: the
+"""What a benchmark's per-rank wrapper (bench/engine/_rank_startup.py, bench/_rank_peak.py) shares: the
 rank its launcher gave it, and its record written whole as DIR/rank<N>.json. Standard library
 only: the start-up wrapper imports it before its clock has seen any of ingest's imports."""
 from __future__ import annotations

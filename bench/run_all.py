@@ -19,9 +19,16 @@ import time
 if __package__ in (None, ""):  # run as a file (python bench/run_all.py): make `bench` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import (common, cutout_writes, cutouts, cutouts_tiles, engine, hdf5, memory, open_vs_read, pages,
-                   predictions, prestage, publish, rounds, scaling, seed001, staging, strategies, subcube, whole_object)
+from bench import common
+from bench.cluster import predictions
+from bench.cutouts import catalogue as cutouts, tiles as cutouts_tiles, writes as cutout_writes
+from bench.engine import engine
+from bench.publish import local as publish
+from bench.reads import (hdf5, memory, open_vs_read, pages, prestage, rounds, scaling, staging, strategies, subcube,
+                         whole_object)
+from bench.study import seed001
 from ingest.testbed.signals import unwind_on_signals
+from ingest.units import GiB
 
 # The registry: a benchmark is a module with NAME, build_parser, run(env, args),
 # to_markdown(results), added here (in the order they run and print).
@@ -52,7 +59,7 @@ def header(results_list: list[dict]) -> str:
     m = first["machine"]
     git = m.get("git") or {}
     return (f"## ingest benchmarks\n\n`{first['command']}` at {first['created_utc']}; "
-            f"{m['nproc']} cores, {m['memory_bytes'] / common.GiB:.0f} GiB, load {m['loadavg'][0]:.2f}, "
+            f"{m['nproc']} cores, {m['memory_bytes'] / GiB:.0f} GiB, load {m['loadavg'][0]:.2f}, "
             f"Python {m['python']}, ingest {m['packages'].get('ingest')}, "
             f"commit {str(git.get('commit'))[:10]}{' (dirty)' if git.get('dirty') else ''}"
             + (f", ingest/ sources sha1 {m['ingest_sources_sha1'][:12]}" if m.get("ingest_sources_sha1") else ""))

@@ -1,4 +1,4 @@
-"""bench/cluster_commands.py without a cluster: its options, what it reads from each command's
+"""bench/cluster/commands.py without a cluster: its options, what it reads from each command's
 report, its limits, its table and its exactness checks (each must fail on one value changed)."""
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from astropy.io import fits
 
-from bench import _cluster_commands_check as check
-from bench import cluster_commands as cc
-from bench._cluster_commands_table import misses, to_markdown
+from bench.cluster import _commands_check as check
+from bench.cluster import commands as cc
+from bench.cluster._commands_table import misses, to_markdown
 from ingest.testbed.cluster import load_spec
 from ingest.testbed.synth import write_cube
 

@@ -1,10 +1,10 @@
-"""bench/collectives.py without a cluster: its step order, its table of the slowest ranks, and its
+"""bench/cluster/collectives.py without a cluster: its step order, its table of the slowest ranks, and its
 rank script run for real under mpiexec on this machine."""
 from __future__ import annotations
 
 import json
 
-from bench import collectives
+from bench.cluster import collectives
 from tests.mpitools import child_env, mpiexec
 
 

@@ -1,4 +1,4 @@
-"""bench/cutouts.py runs end to end with --quick: every candidate cuts the same boxes bit for bit,
+"""bench/cutouts/catalogue.py runs end to end with --quick: every candidate cuts the same boxes bit for bit,
 the results JSON holds each cell's figures, ratios and targets, and the on-paper plan is there.
 
 Structure only: no timing is judged (the machine is shared and noisy). One link (loopback) and
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from bench._cutouts_paper import BOX_EXTENTS
-from bench._cutouts_setup import wallaby_channels, wallaby_size_text
+from bench.cutouts._paper import BOX_EXTENTS
+from bench.cutouts._setup import wallaby_channels, wallaby_size_text
 
 REPO = Path(__file__).resolve().parent.parent
 COUNTS = (6, 24)
@@ -25,7 +25,7 @@ COUNTS = (6, 24)
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     results_dir = tmp_path_factory.mktemp("cutouts")
-    done = subprocess.run([sys.executable, "-m", "bench.cutouts", "--quick", "--profiles", "loopback",
+    done = subprocess.run([sys.executable, "-m", "bench.cutouts.catalogue", "--quick", "--profiles", "loopback",
                            "--counts", ",".join(map(str, COUNTS)), "--paper-sources", "200", "--quiet",
                            "--results-dir", str(results_dir)],
                           cwd=REPO, capture_output=True, text=True, timeout=170,

@@ -1,4 +1,4 @@
-"""bench/prestage.py runs end to end on a tiny cube: both commands measured, outputs verified,
+"""bench/reads/prestage.py runs end to end on a tiny cube: both commands measured, outputs verified,
 prestage's peak RssAnon under threads x chunk_bytes + 150 MB."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_bench_prestage_smoke(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "bench.prestage", "--size-mib", "8", "--methods", "posix",
+    done = subprocess.run([sys.executable, "-m", "bench.reads.prestage", "--size-mib", "8", "--methods", "posix",
                            "--quiet", "--results-dir", str(tmp_path)],
                           cwd=REPO, capture_output=True, text=True, timeout=180,
                           env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})

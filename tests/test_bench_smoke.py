@@ -122,12 +122,12 @@ def _check_memory(results: dict) -> None:
 def memory_run(tmp_path_factory):
     """One run of the memory script (the slowest: a fresh process per read), shared by two tests."""
     results_dir = tmp_path_factory.mktemp("memory")
-    return _run(["-m", "bench.memory", "--mpi-ranks", "2"], results_dir, timeout_s=120), results_dir
+    return _run(["-m", "bench.reads.memory", "--mpi-ranks", "2"], results_dir, timeout_s=120), results_dir
 
 
 @pytest.mark.timeout(120)
 def test_whole_object_script(tmp_path):
-    out = _run(["bench/whole_object.py"], tmp_path)  # the file form, not -m
+    out = _run(["bench/reads/whole_object.py"], tmp_path)  # the file form, not -m
     assert "| ingest_presigned_tuned/curl |" in out and "`acacia`" in out
     _check_whole_object(_load(tmp_path, "whole_object"))
 
@@ -141,7 +141,7 @@ def test_memory_script(memory_run):
 
 @pytest.mark.timeout(120)
 def test_subcube_script(tmp_path):
-    out = _run(["-m", "bench.subcube", "--profiles", "loopback", "--blocks-kib", "64"], tmp_path)
+    out = _run(["-m", "bench.reads.subcube", "--profiles", "loopback", "--blocks-kib", "64"], tmp_path)
     assert "| astropy_default/ingest_tuned |" in out
     results = _load(tmp_path, "subcube")
     pres = results["profiles"]["loopback"]
@@ -156,7 +156,7 @@ def test_subcube_script(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_strategies_script(tmp_path):
-    out = _run(["-m", "bench.strategies", "--profiles", "loopback,acacia", "--no-sweep"], tmp_path)
+    out = _run(["-m", "bench.reads.strategies", "--profiles", "loopback,acacia", "--no-sweep"], tmp_path)
     assert "| loopback:thin |" in out and "| acacia:spectrum |" in out
     results = _load(tmp_path, "strategies")
     cells = {f"{p}:{g}" for p in ("loopback", "acacia") for g in ("thin", "slab", "spectrum")}
@@ -174,7 +174,7 @@ def test_strategies_script(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_scaling_script(tmp_path):
-    out = _run(["-m", "bench.scaling", "--threads-list", "1,4", "--ranks-list", "1,2"], tmp_path)
+    out = _run(["-m", "bench.reads.scaling", "--threads-list", "1,4", "--ranks-list", "1,2"], tmp_path)
     assert "| threads_4 |" in out
     results = _load(tmp_path, "scaling")
     assert set(results["threads"]) == {"threads_1", "threads_4", "tuned"}
@@ -205,7 +205,7 @@ def test_predictions_script(tmp_path):
                                      REQUESTS)
     from ingest.core.history import SIMILAR
 
-    out = _run(["-m", "bench.predictions", "--quick", "--profiles", "loopback", "--ranks", "2",
+    out = _run(["-m", "bench.cluster.predictions", "--quick", "--profiles", "loopback", "--ranks", "2",
                 "--workloads", "whole,thin"], tmp_path, timeout_s=240)
     assert "| loopback | whole | 2 |" in out and "measured / predicted within 0.8-1.25 in" in out
     results = _load(tmp_path, "predictions")
@@ -238,7 +238,7 @@ def test_predictions_script(tmp_path):
 
 def test_pages_script(tmp_path):
     """No server: fresh processes fill a numpy buffer and an ingest one, alternately."""
-    out = _run(["-m", "bench.pages", "--pause-s", "0"], tmp_path, timeout_s=60)
+    out = _run(["-m", "bench.reads.pages", "--pause-s", "0"], tmp_path, timeout_s=60)
     assert "| ingest |" in out and "| numpy |" in out and "| spread_ingest |" in out
     results = _load(tmp_path, "pages")
     _check_ratios(results, {"fill_wall_ingest_over_numpy", "spread_ingest", "spread_numpy"}, {"spread_ingest"})
@@ -252,7 +252,7 @@ def test_pages_script(tmp_path):
 
 def test_cutout_writes_script(tmp_path):
     """No server: each pair of ways to write a cut-out's header, CRC and manifest, interleaved."""
-    out = _run(["-m", "bench.cutout_writes", "--files", "20", "--sources", "50"], tmp_path, timeout_s=90)
+    out = _run(["-m", "bench.cutouts.writes", "--files", "20", "--sources", "50"], tmp_path, timeout_s=90)
     assert "| headers_patched |" in out and "| crc_summed |" in out and "| manifest_text |" in out
     results = _load(tmp_path, "cutout_writes")
     _check_ratios(results, {"headers_card/headers_patched", "crc_read_back/crc_summed",
@@ -265,7 +265,7 @@ def test_cutout_writes_script(tmp_path):
 
 def test_rounds_script(tmp_path):
     """One launch of 2 ranks: rounds of 1 MiB a stream and of the whole share, each measured."""
-    out = _run(["-m", "bench.rounds", "--ranks", "2", "--streams", "2", "--stream-mib", "1"], tmp_path, timeout_s=120)
+    out = _run(["-m", "bench.reads.rounds", "--ranks", "2", "--streams", "2", "--stream-mib", "1"], tmp_path, timeout_s=120)
     assert "| MiB a stream |" in out and "| 2 | 2 | whole share |" in out
     results = _load(tmp_path, "rounds")
     share = results["cube"]["data_bytes"] // 2
@@ -293,7 +293,7 @@ def test_quick_is_the_default_of_every_bench():
 
 
 def test_hdf5_script(tmp_path):
-    out = _run(["-m", "bench.hdf5", "--profiles", "loopback", "--blocks-kib", "256",
+    out = _run(["-m", "bench.reads.hdf5", "--profiles", "loopback", "--blocks-kib", "256",
                 "--layouts", "chunked_16x64x64,contiguous"], tmp_path, timeout_s=150)
     assert "| h5py_default/ingest |" in out
     results = _load(tmp_path, "hdf5")
@@ -307,7 +307,7 @@ def test_hdf5_script(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_engine_script(tmp_path):
-    out = _run(["-m", "bench.engine", "--requests", "60", "--boto3-requests", "20", "--depths", "1,8",
+    out = _run(["-m", "bench.engine.engine", "--requests", "60", "--boto3-requests", "20", "--depths", "1,8",
                 "--large-mib", "32"], tmp_path)
     assert "| native_cpu_per_request_us@8 |" in out and "| cpu_per_gib_native/curl |" in out
     results = _load(tmp_path, "engine")
@@ -327,7 +327,7 @@ def test_engine_script(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_staging_script(tmp_path):
-    out = _run(["-m", "bench.staging"], tmp_path)
+    out = _run(["-m", "bench.reads.staging"], tmp_path)
     assert "| s5cmd/ingest_native |" in out
     results = _load(tmp_path, "staging")
     assert set(results["candidates"]) == {"ingest_native", "ingest_urllib3", "s5cmd"}
@@ -340,11 +340,11 @@ def test_staging_script(tmp_path):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.floats(min_value=1e-3, max_value=10.0), min_size=1, max_size=8))
 def test_fixed_best_is_the_most_runs_one_prediction_holds(makespans):
-    """bench.predictions' reference: the most runs of a cell one fixed prediction holds within
+    """bench.cluster.predictions' reference: the most runs of a cell one fixed prediction holds within
     0.8-1.25 (run m holds for p in [m / 1.25, m / 0.8]), against every prediction that could
     matter (each run's band edges, both of them), and all of them exactly when the cell's runs
     spread no wider than the band."""
-    from bench.predictions import HOLDS, fixed_best, spread
+    from bench.cluster.predictions import HOLDS, fixed_best, spread
 
     lo, hi = HOLDS
     candidates = [m / hi for m in makespans] + [m / lo for m in makespans]
@@ -357,10 +357,10 @@ def test_fixed_best_is_the_most_runs_one_prediction_holds(makespans):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.floats(min_value=1e-3, max_value=10.0), min_size=1, max_size=8))
 def test_the_median_of_a_cells_other_runs_is_scored_against_each_run(makespans):
-    """bench.predictions' second reference: each run predicted by the median of the rest of its
+    """bench.cluster.predictions' second reference: each run predicted by the median of the rest of its
     cell (by hand, against the median's definition), all of them when the runs are one figure, and
     none in a cell of one run."""
-    from bench.predictions import HOLDS, fixed_best, others_median_held
+    from bench.cluster.predictions import HOLDS, fixed_best, others_median_held
 
     lo, hi = HOLDS
     by_hand = 0
@@ -379,7 +379,7 @@ def test_a_killed_benchmark_stops_its_server(tmp_path):
     import signal
     import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "bench.predictions", *TINY, "--results-dir", str(tmp_path)],
+    proc = subprocess.Popen([sys.executable, "-m", "bench.cluster.predictions", *TINY, "--results-dir", str(tmp_path)],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60
@@ -399,9 +399,9 @@ def test_a_killed_benchmark_stops_its_server(tmp_path):
 # The store each bench reads from and writes to (--store): a Ceph RGW as well as versitygw. One
 # run per bench, loopback only; the results go to NAME-ceph.json and name the store.
 CEPH_RUNS = {
-    "subcube": ["-m", "bench.subcube", "--store", "ceph", "--profiles", "loopback", "--blocks-kib", "64"],
-    "whole_object": ["-m", "bench.whole_object", "--store", "ceph", "--profiles", "loopback"],
-    "publish": ["-m", "bench.publish", "--store", "ceph", "--profiles", "loopback"],
+    "subcube": ["-m", "bench.reads.subcube", "--store", "ceph", "--profiles", "loopback", "--blocks-kib", "64"],
+    "whole_object": ["-m", "bench.reads.whole_object", "--store", "ceph", "--profiles", "loopback"],
+    "publish": ["-m", "bench.publish.local", "--store", "ceph", "--profiles", "loopback"],
 }
 
 
