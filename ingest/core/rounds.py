@@ -12,11 +12,10 @@ at its parts' ends, so each part is taken to move its bytes evenly. Two windows 
   had their last. Where each connection is capped (Toxiproxy's, a long path's TCP window), a
   flow's rate does not rise when others finish, so its average is its rate throughout; what the
   core leaves out is a rank the scheduler started late and a straggler, the edges of a round of
-  30-100 ms on a busy machine. On the acacia profile (2 ranks, 8 MiB each), the span got
-  293-322 MB/s, the core 337-391, and a job's read 436.
+  tens of milliseconds on a busy machine, which pull the span below what a job's read gets.
 
-The core on a shared link puts a flow's fast tail inside it: on the emulated cluster's 10 MB/s
-node pipe (2 ranks, 8 flows) it gave 12.8-13.4 MB/s where the jobs got 9.5.
+The core on a shared link puts a flow's fast tail inside it, so there it reads faster than the
+pipe carries a job; the span is that link's rate (BENCHMARKS: Rounds).
 
 Both place a stream's warm-up evenly between its start and its body's first byte, which a shared
 pipe does not: where the streams' bodies queue behind each other (a node's flows through one FIFO

@@ -311,10 +311,9 @@ CPU_BOUND_BUSY = 0.85
 # The most of a round's steady window its requests are taken to have used (SharedRound.steady_requests_s).
 REQUESTS_SHARE_MAX = 0.35
 # A round's requests took its pipe's time only where that pipe is the machine's cores: its ranks'
-# CPU kept them at least this busy. On loopback the rounds' ranks kept 0.29-0.61 busy (the server
-# the rest; the acacia profile's, 0.20-0.40); the emulated cluster's rounds, through 10-25 MB/s
-# pipes, 0.03-0.24 (0.24: 16 ranks on one node), and there a stream's wait left the pipe to the
-# others (taking the requests out priced 4 nodes' egress 1.6-2.2x fast).
+# CPU kept them at least this busy. Below it the pipe is a network one, where a stream's wait
+# leaves the pipe to the others, so taking the requests' time out of the round would price the
+# pipe too fast; 0.25 lies between the two kinds of round (BENCHMARKS: Rounds).
 REQUESTS_ON_CORES_BUSY = 0.25
 
 

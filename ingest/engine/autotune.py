@@ -235,9 +235,9 @@ class _TuningSession:
     def first_look(self) -> bool:
         """Nothing measured of this endpoint, and the job's ranks read at least
         FIRST_LOOK_JOB_MULTIPLE times the least a stream round reads? Then the round's read is
-        sized to that share of the job's bytes (not past the size the probe asked for): a read of
-        256 KiB through a 10 MB/s cap measured 11-12 MB/s, its first flight arriving with the
-        reply's headers, where a longer one comes closer to the rate."""
+        sized to that share of the job's bytes (not past the size the probe asked for): a short
+        read's first flight arrives with the reply's headers and overstates a capped link's rate,
+        where a longer one comes closer to it."""
         if self.known is not None or self.prober.measured or self.budget_fraction <= 0:
             return False  # (a budget of nothing: the caller wants no probe at all)
         look_bytes = first_look_bytes(self.tuning, self.cost, self.layout, self.sel, self.topology.n_ranks)

@@ -42,7 +42,7 @@ MiB = 1 << 20
 MIN_PROBE_READ_BYTES = 256 << 10
 CPU_PER_BYTE_MIN_READ_BYTES = 1 * MiB  # a smaller read's CPU per byte drowns in its CPU per request
 # Two streams that move at most this much more than one share the link (within a round's noise);
-# more means a per-connection cap, which more streams get round. Figures: BENCHMARKS.md, probe.
+# more means a per-connection cap, which more streams get round (BENCHMARKS: Rounds).
 SHARED_SCALING_MAX = 1.15
 
 
@@ -259,9 +259,9 @@ class LinkProber:
         """The streams at once. When they measure between a shared link and streams adding up,
         one stream and the streams at once are read again, once, and the faster measure of each
         counts (as in grow_stream): whatever else runs on the cores only ever slows a read, and a
-        slowed pair deflates the ratio as a slowed single read inflates it. One slowed pair on
-        Acacia's per-connection cap (1.26-1.42x) had the tuner take 4 threads where 16 read a box
-        2-3x faster."""
+        slowed pair deflates the ratio as a slowed single read inflates it. Read once, a pair slowed
+        on a per-connection cap can look like a shared link and have the tuner choose a few threads
+        where many would read faster (BENCHMARKS: Predicted against measured)."""
         self._parallel_bw = self._parallel_once()
         if SHARED_SCALING_MAX <= self._parallel_bw / self._stream_bw < SCALING_FRACTION * self.streams:
             ttfb_s, total_s = self._large(0)

@@ -5,12 +5,12 @@ REVERSE order, skipping filter i when bit i of the chunk's filter_mask is set (a
 that failed, or a chunk written with `H5Dwrite_chunk`). Decoding runs on executor threads: every
 function here is pure (no shared state) and the codecs release the GIL while they work.
 
-Libraries, chosen by measurement (1 MiB float32 chunk, one thread; numbers in the report):
-  deflate   libdeflate via `imagecodecs.deflate_decode` (zlib streams; ~4.8x zlib.decompress),
+Libraries: for each filter the fastest decoder on a chunk, one thread (BENCHMARKS: HDF5):
+  deflate   libdeflate via `imagecodecs.deflate_decode` (zlib streams; faster than zlib.decompress),
             `zlib.decompress` when the output size is not known in advance
   zstd      `imagecodecs.zstd_decode` (same speed as numcodecs.Zstd; it takes an output size, so a
             corrupt header can not make it allocate more, and decodes bitshuffle blocks in place)
-  blosc     `numcodecs.blosc.decompress` (on par for lz4, 1.6x imagecodecs' for zstd+bitshuffle)
+  blosc     `numcodecs.blosc.decompress` (on par for lz4, faster than imagecodecs' for zstd+bitshuffle)
   lz4       `imagecodecs.lz4h5_decode` (HDF5's framing; numcodecs.LZ4 frames differently)
   bitshuffle `imagecodecs.bitshuffle_decode`, its blocks by `imagecodecs.lz4_decode` / `zstd_decode`
   shuffle   numpy, one strided copy per byte plane (as fast as numcodecs.Shuffle, which holds the GIL)
@@ -94,7 +94,7 @@ def _shuffle(buf, f, itemsize, expect, where):
     planes = np.frombuffer(buf, np.uint8, count=n * k).reshape(k, n)
     out = np.empty(len(buf), np.uint8)
     grid = out[:n * k].reshape(n, k)
-    for j in range(k):  # one strided copy per plane: 2.7x ascontiguousarray(planes.T)
+    for j in range(k):  # one strided copy per plane: faster than ascontiguousarray(planes.T)
         grid[:, j] = planes[j]
     out[n * k:] = np.frombuffer(buf, np.uint8, offset=n * k)  # HDF5 leaves trailing bytes as they are
     return out

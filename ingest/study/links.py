@@ -1,8 +1,8 @@
 """What each capped link of the emulated cluster carried during one study run, phase by phase.
 
 The study's limit lines (summary.limit_lines) divide the bytes each link actually carried by its
-rate, not the bytes the job asked for: a staged read through sshfs moves about 1.6-2.1x the bytes
-asked of the file (read-ahead), and a copy tool moves headers and retries. A LinkMeter samples
+rate, not the bytes the job asked for: a staged read through sshfs moves more bytes than it
+asks of the file (its read-ahead), and a copy tool moves headers and retries. A LinkMeter samples
 the servers' counters (with their per-node leaves) while the run goes; afterwards each phase's
 bytes are taken over the stretch of the phase's length (as the job timed it) in which its own
 link carried the most: the store's egress for a direct read and for the staging copy, the

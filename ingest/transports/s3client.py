@@ -232,7 +232,7 @@ _CLIENTS_LOCK = threading.Lock()
 def shared_s3_client(max_pool_connections: int = 10, *, environment: Environment | None = None, **kw):
     """A process-wide cached s3_client for the same options, AWS_* variables and environment.
 
-    Making a boto3 client costs 0.1-0.2 s (measured here), more than a small read; clients are
+    Making a boto3 client costs a tenth of a second or more of CPU, more than a small read; clients are
     thread-safe, so repeated reads in one process share one. The resolved environment and the
     AWS_* variables (credentials) are part of the key, so a changed endpoint, CA, proxy or key
     never reuses a stale client.

@@ -109,8 +109,8 @@ def _open_files(regions, mine) -> tuple[dict, Exception | None]:
 # Made all at once, N clients of about 0.3 s of CPU are all ready after N x 0.3 s / cores; in turn
 # (cores at a time) the first is ready 0.3 s after the plan and the last later than all at
 # once would have been. At a few ranks per core all at once, beside rank 0's plan, is done within
-# about a second (4 ranks on 2 cores: 3.49-3.53 s against 3.59-3.64 s in turn, BENCHMARKS); at
-# tens, the parts of the first ranks going up while the others wait is what saves seconds.
+# about a second and in turn gains nothing; at tens, the parts of the first ranks going up while
+# the others wait is what saves seconds (BENCHMARKS: publish at 64 ranks, step by step).
 CROWDED_RANKS_PER_CORE = 4
 
 

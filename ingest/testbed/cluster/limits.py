@@ -20,10 +20,9 @@ NODE_NIC, STORE_EGRESS, FILESYSTEM, LATENCY = "node NIC", "store egress", "files
 
 # The cluster's veths keep Linux's default MTU, and HTB meters each frame with its Ethernet
 # header. A full TCP segment is MTU bytes of IP packet, of which the IP and TCP headers and the
-# timestamp option (on by default) take 52: 1448 bytes of payload in every 1514 metered. Measured
-# through a node's cap here: one 16 MiB GET metered 1.0456x its body (1514 / 1448 = 1.0456); 64
-# GETs of 64 KiB 1.057x, the rest being each response's HTTP headers (about 700 B, the plan's to
-# spend: more requests, more headers).
+# timestamp option (on by default) take 52: 1448 bytes of payload in every 1514 metered, so a
+# node's cap counts a body at 1514 / 1448 of its size. Each response's HTTP headers (about 700 B)
+# come on top, and are the plan's to spend: more requests, more headers.
 MTU_BYTES = 1500
 ETHERNET_HEADER_BYTES = 14
 TCP_IP_HEADER_BYTES = 20 + 20 + 12  # IPv4, TCP, the timestamp option
