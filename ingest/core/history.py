@@ -127,8 +127,8 @@ def with_history(model: JobPrediction, shape: JobShape, past, now_s: float, endp
     similar = sorted((p for p in past if p.shape.similar(shape) and p.at_s <= now_s), key=lambda p: p.at_s)
     # Jobs that ran this very plan (its streams) measured it; a job of half or twice the streams
     # measured a neighbour, which on a per-connection cap or a rank's own CPU takes another time
-    # (acacia, 2 ranks: re-planned from 4 streams to 8, priced from the 4-stream jobs' 1.02 s,
-    # took 0.64-0.76 s, where its probe said 0.62-0.72). So the neighbours count only where no job ran
+    # (twice the streams on a per-connection cap take well under the half-as-many jobs' time,
+    # as the plan's own probe says). So the neighbours count only where no job ran
     # this plan and no probe measured it: a read too small to repay a probe on a shared pipe,
     # where a plan flips between 4 and 8 streams and both take the pipe's time. Scored from 10
     # recorded runs of bench.predictions: 576 of 600 runs within 0.8-1.25, where counting the

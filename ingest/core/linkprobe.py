@@ -10,7 +10,8 @@ from dataclasses import asdict, dataclass
 MiB = 1 << 20
 PROBE_MIN_DATA_BYTES = 1 * MiB  # smaller cubes are read faster than they could be probed
 # Until a large enough read measures it: about what the kernel takes to copy a byte out of a
-# socket and to zero a fresh output page for it (measured here: 0.25-0.6 s/GiB).
+# socket and to zero a fresh output page for it, taken at the low end of its range
+# (BENCHMARKS: First touch).
 ASSUMED_CPU_PER_BYTE_S = 0.25 / (1 << 30)
 LATENCY_THREADS = 4  # connections the latency round uses (transports for probing need this many)
 # A concurrent engine's wave: deep enough to see overlap at the depths the tuner may choose

@@ -61,8 +61,8 @@ class StreamSpan:
         return moved
 
 
-# A core shorter than this share of the span is a few scheduler slices of a tiny round (a 5 MB
-# round on loopback had cores of 1-3 ms in 16-20 ms): its rate is noise, the span's is not.
+# A core shorter than this share of the span is a few scheduler slices of a tiny round (a
+# millisecond or two): its rate is noise, the span's is not.
 CORE_FRACTION_MIN = 0.25
 
 

@@ -403,12 +403,12 @@ def assumed_shared(alone: CostModel, measured_streams: bool, streams_add_up: boo
     share what it got (the pipe is assumed to be the node's; an egress behind it is unseen).
     When only one stream was measured, the rank's link is that stream's rate for all its
     threads, and the node's ranks are taken to share it too, until a round shows more: assumed
-    apart, 16 ranks on one 10 MB/s node were each priced at 11 MB/s, 16x fast, and a prediction
-    that fast leaves the next job's rounds no budget to find out."""
+    apart, N ranks on one node are each priced at the node's whole rate, N times fast, and a
+    prediction that fast leaves the next job's rounds no budget to find out."""
     # Several ranks on a node sharing rank 0's link share the requests it served too: each of
     # theirs takes the pipe a request's latency over what rank 0's probe streams overlapped.
-    # Without it, 8 ranks on one node of the emulated cluster chose 2048 requests of only their
-    # needed bytes, predicted 0.16-0.28 s, and took 0.69-0.83 s (their gap-merged plan: 0.43 s).
+    # Without it, the ranks of a crowded node choose thousands of requests of only their needed
+    # bytes and take longer than the gap-merged plan they passed over (BENCHMARKS: Rounds).
     # A node round that runs replaces it; a rank alone keeps its own overlap (its latency term).
     if measured_streams and streams_add_up:
         return SharedCapacity(source="assumed: nothing shared (rank 0's streams did not share a link)")

@@ -259,8 +259,8 @@ def measure_shared(crew: Crew, topology: Topology, settings, *, source: str, met
     look_bytes = min(look_bytes, ROUND_BYTES_MAX, span[1] // max(1, topology.n_nodes))
     if all(order.name != "nodes" for order in orders) and look_bytes >= ROUND_BYTES_MIN:
         # With the waves of small requests the last round makes: priced with the egress and no
-        # request rate, a 16-rank job on 4 nodes chose 2048 requests of only the bytes it needed,
-        # predicted 0.15 s, and took 0.8-1.0 s (its gap-merged plan, 0.18 s).
+        # request rate, a job of many ranks chooses thousands of small requests of only the bytes
+        # it needs, which take several times the gap-merged plan's time (BENCHMARKS: Rounds).
         orders.append(order_of("nodes", first_of_each_node(topology), look_bytes, SMALL_WAVES * streams,
                                requests_out=False))
     done = []

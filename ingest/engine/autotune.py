@@ -15,8 +15,8 @@ that order, each decided by its row of ROUND_RULES, one _TuningSession method pe
   (streams_at_stake_s);
 - when nothing was ever measured of the endpoint, the stream round runs if its read is a small
   part of the job's bytes (`first_look`): the budget is a fraction of a time priced with the
-  configured bandwidth, which a slow link makes far too short (75 MB/s priced a thin job on a
-  10 MB/s pipe 8-16x fast, and so gave it no probe). The look and the job move bytes over the
+  configured bandwidth, which a slow link makes far too short (the default 75 MB/s prices a job
+  on a 10 MB/s pipe several times fast, and so gives it no probe). The look and the job move bytes over the
   same unknown link, so their bytes weigh them where their times cannot yet;
 - a round that neither fits nor repays stops the probe, except the latency round, which is
   passed over: the streams round does not need its figures;
@@ -127,8 +127,8 @@ def overlap_at_stake_s(tuning: Tuning, cost: CostModel, layout: Layout, sel: Sel
 def streams_at_stake_s(tuning: Tuning, cost: CostModel, in_flight_max: int, layout: Layout, sel: Selection,
                        tune) -> float:
     """What assuming one stream's bandwidth for every thread could cost before the streams round
-    measured it: the chosen plan's regret were streams to add up (a per-connection cap, as on
-    Acacia, where 16 threads read a box 2-3x faster than 4). Under the assumption every thread
+    measured it: the chosen plan's regret were streams to add up (a per-connection cap, where
+    16 threads read a box several times faster than 4). Under the assumption every thread
     count moves bytes equally fast, so the tuner's preference for 4 threads may have decided."""
     adding = replace(cost, bandwidth_bytes_per_s=max(cost.bandwidth_bytes_per_s, cost.stream_bytes_per_s * in_flight_max))
     return regret_s(tuning, cost, adding, layout, sel, tune)

@@ -138,8 +138,8 @@ class LinkProber:
                 overlap: float | None = None) -> float:
         """What round `name` should cost. The latency round is two small requests in a row, then
         two waves of them in flight, of which `overlap` overlap (None: the whole wave at once).
-        Priced at once, a wave of 16 cost one latency; on loopback's two shared cores it took
-        ~16 of them (20-30 ms a round where 4 ms was predicted)."""
+        Priced at once, a wave of 16 costs one latency; where client and server share a few
+        cores it takes up to 16 of them; hence `overlap`."""
         large_s = latency_s + self.large_bytes / stream_bytes_per_s
         at_once = float(self._wave) if overlap is None else max(1.0, min(float(self._wave), overlap))
         latency_round_s = 2 * latency_s + 2 * latency_s * self._wave / at_once
@@ -218,8 +218,8 @@ class LinkProber:
         sequential = [self._small(k) for k in range(2)]
         self._cpu_per_request_s = (time.process_time() - cpu0) / 2
         # A small request occupies its connection from request to last byte, so that whole time is
-        # its latency: a server may send the headers before it has read the data (versitygw: first
-        # byte at 0.46 ms of a 0.6-0.8 ms request on loopback).
+        # its latency: a server may send the headers before it has read the data (versitygw does),
+        # so the first byte's time would understate it.
         self._small_requests_s += [total for _, total in sequential]
         one_s = statistics.median(total for _, total in sequential)
         n = self._wave
