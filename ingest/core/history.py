@@ -130,9 +130,9 @@ def with_history(model: JobPrediction, shape: JobShape, past, now_s: float, endp
     # (twice the streams on a per-connection cap take well under the half-as-many jobs' time,
     # as the plan's own probe says). So the neighbours count only where no job ran
     # this plan and no probe measured it: a read too small to repay a probe on a shared pipe,
-    # where a plan flips between 4 and 8 streams and both take the pipe's time. Scored from 10
-    # recorded runs of bench.predictions: 576 of 600 runs within 0.8-1.25, where counting the
-    # neighbours beside this plan's jobs held 563 (13 runs gained, none lost).
+    # where a plan flips between 4 and 8 streams and both take the pipe's time. Counting the
+    # neighbours beside this plan's own jobs kept fewer predictions within 0.8-1.25 of the job
+    # and none more (BENCHMARKS: Predicted against measured).
     same_plan = [p for p in similar if p.shape.threads == shape.threads]
     similar = (same_plan or ([] if probed else similar))[-NEWEST:]
     if not similar or model.makespan_s <= 0:
