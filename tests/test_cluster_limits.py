@@ -1,4 +1,4 @@
-"""The physical limit (ingest/testbed/cluster/limits.py) the study's figures and bench/cluster.py
+"""The physical limit (ingest/testbed/cluster/limits.py) the study's figures and bench/cluster/makespan.py
 share, from the bytes asked and from the bytes the links carried; the study config's `setting =
 "cluster"` checks; and what STUDY.md says of a cluster study (its nodes, its phases against their
 limits, methods within their runs' spread). Pure: no cluster is built."""

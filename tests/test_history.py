@@ -69,14 +69,14 @@ def test_the_median_of_the_newest_similar_jobs_scaled_to_this_one_predicts():
 
 
 def test_one_slow_earlier_job_does_not_set_the_prediction_alone():
-    # bench.predictions at 7e71707: a 1.43 s warm-up, then 0.37-0.50 s jobs whose probes said 0.33-0.57 s
+    # bench.cluster.predictions at 7e71707: a 1.43 s warm-up, then 0.37-0.50 s jobs whose probes said 0.33-0.57 s
     slow, then_fast = PastJob(SHAPE, 1.43, 0.0), PastJob(SHAPE, 0.495, 1.0)
     assert with_history(model(0.394), SHAPE, [slow], 60.0, ENDPOINT).makespan_s == 0.394  # over 3x: it stands
     assert with_history(model(0.331), SHAPE, [slow, then_fast], 60.0, ENDPOINT).makespan_s == pytest.approx(0.495)
 
 
 def test_jobs_that_ran_this_plan_count_before_its_neighbours():
-    # bench.predictions, acacia, 2 ranks: 4-stream jobs took about 1.02 s; the plan then chose 8
+    # bench.cluster.predictions, acacia, 2 ranks: 4-stream jobs took about 1.02 s; the plan then chose 8
     # streams, which took 0.73-0.76 s, and was priced at 1.02 s until the 4-stream jobs aged out
     four, eight = replace(SHAPE, threads=4), replace(SHAPE, threads=8)
     past = [PastJob(four, 1.02, 0.0), PastJob(four, 1.01, 1.0), PastJob(four, 1.03, 2.0), PastJob(eight, 0.75, 3.0)]

@@ -334,7 +334,7 @@ def test_the_emulated_clusters_rates_as_a_site_file_predict_its_jobs(tmp_path):
     binding pipe and its byte time; the job run with --no-probe cannot beat that time (physics:
     the cube's bytes all pass the capped pipe). Its measured / predicted is printed: how near 1 it
     comes is the machine's CPU, so the issue's 0.8-1.25 is measured by the benchmarks (bench.cluster:
-    makespan over the pipes' limit; bench.predictions: within HOLDS), not asserted under load."""
+    makespan over the pipes' limit; bench.cluster.predictions: within HOLDS), not asserted under load."""
     from ingest.testbed.cluster import Cluster, load_spec, missing_tools, unavailable_reason
     from ingest.testbed.cluster.netns import namespace_problem
 

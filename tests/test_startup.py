@@ -6,7 +6,7 @@ job rank 0 made (a FitsLayout with its BEAMS table, the Settings, the resolved e
 unpickled without them; reading it loads only the client its method needs (urllib3 for a
 presigned URL, boto3 for s3://, nothing for a local file), with the data exact. And in a real
 `mpiexec -n 2 python -m ingest run`, rank 1 never loads astropy while rank 0 does. No timings are
-asserted: bench/startup.py measures them.
+asserted: bench/engine/startup.py measures them.
 """
 from __future__ import annotations
 
@@ -172,13 +172,13 @@ def _expected_cube(path: str) -> np.ndarray:
 
 
 def test_rank_1_of_a_run_never_loads_astropy(cubes, s3_server, tmp_path):
-    """`mpiexec -n 2 python -m ingest run --method presigned` (bench/_rank_startup.py records each
+    """`mpiexec -n 2 python -m ingest run --method presigned` (bench/engine/_rank_startup.py records each
     rank's modules): rank 0 parsed the header with astropy and signed the URL with boto3; rank 1
     read its region with neither, and the job read the whole cube."""
     env = child_env(s3_server, INGEST_BENCH_STARTUP_DIR=str(tmp_path))
     report = tmp_path / "report.json"
     proc, _ = mpiexec(2, ["run", "--source", cubes["presigned"], "--method", "presigned", "--no-progress",
-                          "--report", report], env, python_args=(os.path.join(ROOT, "bench", "_rank_startup.py"),))
+                          "--report", report], env, python_args=(os.path.join(ROOT, "bench", "engine", "_rank_startup.py"),))
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     loaded = [{name.split(".")[0] for name in rank["modules_at_read_done"]} for rank in ranks]

@@ -15,7 +15,7 @@ endpoint has such records:
 - where no probe ran (a read too small to repay one), the model is a cached measurement or the
   configured default, and the records of this very shape stand whatever the model says.
 The runs that chose these rules and their scores are in BENCHMARKS.md ("Predicted against
-measured", bench.predictions).
+measured", bench.cluster.predictions).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ SIMILAR = 1.5  # the busiest rank's bytes and requests within this factor: the s
 THREADS_SIMILAR = 2.0  # and its streams within this one
 NEWEST = 5  # the median of at most this many of the newest similar jobs
 # Further apart than this, the link changed: the probe's model stands. Wider than the model's own
-# miss from one job to the next (BENCHMARKS.md, bench.predictions); a smaller change the median
+# miss from one job to the next (BENCHMARKS.md, bench.cluster.predictions); a smaller change the median
 # follows within a few jobs, as new jobs are kept.
 MODEL_AGREES = 3.0
 KEEP = 32  # records per endpoint: enough for a few shapes' NEWEST
@@ -193,7 +193,7 @@ def with_floors(alone: CostModel, shared: SharedCapacity, shape: JobShape, past,
         node, rate = fastest
         # Compared with the pipe's figure as the rounds left it, without this job's requests
         # (SharedCapacity.node_request_s) charged: with them charged the fastest earlier job
-        # floored most loopback jobs, and priced them about 15 % fast (bench.predictions,
+        # floored most loopback jobs, and priced them about 15 % fast (bench.cluster.predictions,
         # 2026-11-26). A floor, a finished job's rate, has its requests in it: none are charged.
         if shared.node_bytes_per_s < rate <= MODEL_AGREES * shared.node_bytes_per_s:
             notes.append(f"the node's pipe at least {rate / 1e6:.0f} MB/s, as a job of "

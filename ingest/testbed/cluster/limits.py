@@ -7,7 +7,7 @@ slower of the two is the bottleneck; the limit is its time plus one request's la
 first byte cannot come sooner). A staging run is a copy through one node (store -> node 0 ->
 filesystem, each pipe once) followed by a read from the filesystem.
 
-The study's figures (ingest.study.summary) and the benchmark (bench/cluster.py) both call
+The study's figures (ingest.study.summary) and the benchmark (bench/cluster/makespan.py) both call
 these, so a figure's limit line and a benchmark's "x the limit" are the same number.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-# The bottleneck names every caller prints (bench/cluster.py adds "client CPU" from measurement).
+# The bottleneck names every caller prints (bench/cluster/makespan.py adds "client CPU" from measurement).
 NODE_NIC, STORE_EGRESS, FILESYSTEM, LATENCY = "node NIC", "store egress", "filesystem", "latency"
 
 # The cluster's veths keep Linux's default MTU, and HTB meters each frame with its Ethernet
