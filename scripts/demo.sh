@@ -52,7 +52,7 @@ echo "== 6. sky cut-outs: one region by RA, Dec and frequency, then every source
 python -m ingest plan s3://survey/cube.fits --pos "circle 10h00m00s -30d00m00s 30arcsec" --band "1.3995GHz 1.4005GHz"
 python scripts/demo_catalogue.py "$work/sources.csv"
 mpiexec -n "$max_ranks" --oversubscribe --bind-to none python -m ingest cutouts --source s3://survey/cube.fits \
-  --catalogue "$work/sources.csv" --size "20arcsec 100km/s" --rest-frequency 1420.405752MHz \
+  --catalogue "$work/sources.csv" --columns "freq=[Hz]" --size "20arcsec 100km/s" --rest-frequency 1420.405752MHz \
   --output-dir "$out/cutouts" --report "$out/cutouts.json" --no-progress
 echo "reports in $out/ (run summaries in $out/sweep.log), the figure in $out/demo.png, cut-outs in $out/cutouts/"
 echo "(per-rank figures: python analysis/plot_report.py $out/*.json --out $out/plots)"
