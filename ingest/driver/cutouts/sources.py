@@ -127,20 +127,28 @@ def cube_sources(cfg: RunConfig, layout, cube: dict | None = None) -> list[Cutou
     return sources_and_request(cfg, layout, cube)[0]
 
 
-def sources_and_request(cfg: RunConfig, layout, cube: dict | None) -> tuple[list[CutoutSource], dict]:
-    """Every catalogue row as a CutoutSource for this cube, each with its request digest, and the
-    job's part of every request (`Requests.fields`, the manifest's `request`)."""
+def job_catalogue(cfg: RunConfig):
+    """The job's catalogue, read as the config says (columns and their units, SoFiA-2's region
+    offset, frame), and the size rule each source is cut by (`--size`, else the catalogue's own)."""
     from ingest.sky.catalogue import read_catalogue
-    from ingest.sky.header import wcs_header
-    from ingest.sky.pixels import world_boxes
-    from ingest.sky.sources import cutout_requests, default_size, parse_size
+    from ingest.sky.sources import default_size, parse_size
 
     if not cfg.catalogue:
         raise ConfigError("catalogue: required for cutouts (SoFiA-2's catalogue, or a CSV/ECSV/VOTable/FITS table)")
     catalogue = read_catalogue(cfg.catalogue, columns=parse_columns(cfg.columns), sofia_par=cfg.sofia_par,
                                region_offset=parse_offset(cfg.region_offset), frame=cfg.frame)
+    return catalogue, (parse_size(cfg.size) if cfg.size else default_size(catalogue))
+
+
+def sources_and_request(cfg: RunConfig, layout, cube: dict | None) -> tuple[list[CutoutSource], dict]:
+    """Every catalogue row as a CutoutSource for this cube, each with its request digest, and the
+    job's part of every request (`Requests.fields`, the manifest's `request`)."""
+    from ingest.sky.header import wcs_header
+    from ingest.sky.pixels import world_boxes
+    from ingest.sky.sources import cutout_requests
+
+    catalogue, size = job_catalogue(cfg)
     header = wcs_header(layout)
-    size = parse_size(cfg.size) if cfg.size else default_size(catalogue)
     rest_hz = _rest_hz(cfg, header)
     requests = cutout_requests(catalogue, size, rest_hz=rest_hz)
     made = Requests({"cube": cube, "hdu": cfg.hdu, "dataset": cfg.dataset, "format": layout.kind,

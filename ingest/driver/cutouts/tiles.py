@@ -31,7 +31,7 @@ from ingest.core.linkprobe import LATENCY_THREADS
 from ingest.driver.cutouts import sinks
 from ingest.driver.cutouts.job import Catalogue, CutoutJob, gap_bytes
 from ingest.driver.cutouts.rank import RankOutput, cut_rank
-from ingest.driver.cutouts.sources import CutoutSource, Requests, _rest_hz, parse_columns, parse_offset
+from ingest.driver.cutouts.sources import CutoutSource, Requests, _rest_hz, job_catalogue
 from ingest.driver.mpi import Handout
 from ingest.errors import ConfigError
 from ingest.outputs import cutouts as outputs
@@ -82,14 +82,9 @@ def tile_sources(cfg: RunConfig, collection) -> tuple[list[TileSource], list, di
     that tile's identity), the rule's Choice of each (None: a row with no usable region), and the
     job's part of every request as the manifest's head records it."""
     from ingest.collection.place import place_requests
-    from ingest.sky.catalogue import read_catalogue
-    from ingest.sky.sources import cutout_requests, default_size, parse_size
+    from ingest.sky.sources import cutout_requests
 
-    if not cfg.catalogue:
-        raise ConfigError("catalogue: required for cutouts (SoFiA-2's catalogue, or a CSV/ECSV/VOTable/FITS table)")
-    catalogue = read_catalogue(cfg.catalogue, columns=parse_columns(cfg.columns), sofia_par=cfg.sofia_par,
-                               region_offset=parse_offset(cfg.region_offset), frame=cfg.frame)
-    size = parse_size(cfg.size) if cfg.size else default_size(catalogue)
+    catalogue, size = job_catalogue(cfg)
     tiles = collection.tiles
     rest_hz = _rest_hz(cfg, tiles[0].header())  # the config's, else the first tile's (a survey's tiles share it)
     requests = cutout_requests(catalogue, size, rest_hz=rest_hz)
