@@ -19,8 +19,8 @@ declare -A tests_of=(
   [core/cutplan]="tests/test_cutplan.py tests/test_mutants_cutplan.py"
   [formats/fits]="tests/test_fits_geometry.py tests/test_planner_properties.py tests/test_cutplan.py tests/test_mutants_fits.py"
   [sky/bands]="tests/test_sky_units.py tests/test_sky_catalogue.py tests/test_sky_regions.py tests/test_sky_pixels.py tests/test_mutants_sky.py"
-  [sky/pixels]="tests/test_sky_pixels.py tests/test_sky_frames.py tests/test_mutants_sky.py"
-  [sky/regions]="tests/test_sky_regions.py tests/test_sky_pixels.py tests/test_sky_frames.py tests/test_mutants_sky.py"
+  [sky/pixels]="tests/test_sky_pixels.py tests/test_sky_frames.py tests/test_mutants_sky.py tests/test_mutants_sky_pixels.py"
+  [sky/regions]="tests/test_sky_regions.py tests/test_sky_pixels.py tests/test_sky_frames.py tests/test_mutants_sky.py tests/test_mutants_sky_regions.py"
 )
 # the order of a full run: smallest first, the sky modules still being edited last
 all_modules="core/byteruns core/ownership core/decompose core/cutplan formats/fits sky/bands sky/pixels sky/regions"
