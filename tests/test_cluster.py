@@ -22,6 +22,7 @@ from ingest.core.sharing import EGRESS
 from ingest.errors import ConfigError
 from ingest.testbed.cluster import Cluster, load_spec, missing_tools, spec_from_dict, unavailable_reason
 from ingest.testbed.cluster.meter import LinkMeter
+from ingest.testbed.cluster import netns
 from ingest.testbed.cluster.netns import namespace_problem
 from ingest.testbed.synth import write_cube
 from tests.mpitools import ROOT, reassemble
@@ -37,7 +38,6 @@ SCENARIOS = {
 SLACK = 1.1  # HTB meters IP bytes in bursts; a rate above cap x 1.1 means the cap leaks
 WINDOW_S = 0.5  # rates over windows this long: HTB lets one frame through at once, at most a 64 KiB
 #                 GSO frame, 3 % of such a window at these caps
-BALANCE = 0.8  # nodes behind a fair store egress move at the same rate (0.99 measured)
 # The binding cap is reached, not off by 8 (a rate in bits where bytes were meant): a link capped at
 # cap / 8 never shows more than cap / 8 x SLACK over a window, so a peak above that is physics, not
 # a measured figure (0.95 of the cap on a quiet machine; a loaded one offers the link less).
@@ -52,6 +52,15 @@ def machine():
         pytest.skip(f"emulated cluster: {problem}")
     if missing_tools():
         pytest.fail(unavailable_reason(), pytrace=False)
+
+
+def _htb_classes(ns: str, dev: str) -> dict[str, dict[str, str]]:
+    """{classid: {"parent", "rate", "ceil"}} of the HTB classes on `dev` in `ns`, as tc prints them."""
+    text = subprocess.run(["tc", "-n", ns, "class", "show", "dev", dev], capture_output=True, text=True,
+                          check=True).stdout
+    return {m["id"]: {"parent": m["parent"] or "", "rate": m["rate"], "ceil": m["ceil"]}
+            for m in re.finditer(r"^class htb (?P<id>\S+) (?:root|parent (?P<parent>\S+))\b.*?"
+                                 r"rate (?P<rate>\S+) ceil (?P<ceil>\S+)", text, re.MULTILINE)}
 
 
 def _namespaces() -> str:
@@ -83,10 +92,12 @@ def run_exact_capped_and_gone(cube, tmp_path, bound, launcher="mpiexec", while_u
     report_path, out_dir = tmp_path / "report.json", tmp_path / "out"
     with Cluster(spec, launcher=launcher) as cluster:
         url = cluster.put_file(str(path), "survey/cube.fits")
-        with LinkMeter(cluster, ["store", *cluster.nodes]) as meter:
+        leaves = [f"store>{node}" for node in cluster.nodes]
+        with LinkMeter(cluster, ["store", *cluster.nodes, *leaves]) as meter:
             proc = cluster.launch(["run", "--source", url, "--method", method, "--output-dir", str(out_dir),
                                    "--report", str(report_path), "--no-progress"], n_ranks=4, timeout_s=120)
         assert proc.returncode == 0, proc.stderr[-3000:]
+        store_classes = _htb_classes(cluster.store_ns, "eth0")
         if while_up is not None:
             while_up(cluster)
     print(f"cluster {cluster.prefix} ({launcher}): built in {cluster.build_s:.2f} s, "
@@ -119,11 +130,21 @@ def run_exact_capped_and_gone(cube, tmp_path, bound, launcher="mpiexec", while_u
         assert min(meter.peak_rate(node, WINDOW_S) for node in cluster.nodes) > FLOOR * nic
     else:
         assert store_peak > FLOOR * store
-        # The store's egress is shared fairly among the nodes (spec.queue "fair"): while both read,
-        # each got an equal share.
+        # The store's egress is shared fairly among the nodes (spec.queue "fair"): each node has a
+        # leaf of the egress cap of its own, every leaf guaranteed the same rate and allowed the
+        # whole cap, and each node's bytes went through its own leaf (its filter matched). How
+        # evenly the nodes then moved is a measured figure, not asserted here: a node whose ranks
+        # a loaded machine starves of CPU offers its leaf less (0.99 on a quiet machine; measured by
+        # bench.cluster.commands --queue fair against --queue fifo).
+        node_leaves = [store_classes[netns.leaf_classid(i)] for i in range(len(cluster.nodes))]
+        assert all(leaf["parent"] == "1:10" for leaf in node_leaves), store_classes
+        assert len({(leaf["rate"], leaf["ceil"]) for leaf in node_leaves}) == 1, store_classes
+        assert node_leaves[0]["ceil"] == store_classes["1:10"]["rate"], store_classes
+        for node in cluster.nodes:
+            wire_bytes = sum(r["bytes_wire"] for r in report["ranks"] if r["host"] == node)
+            assert meter.carried(f"store>{node}") >= wire_bytes, (node, meter.carried(f"store>{node}"))
         carried, both_s = meter.shares(cluster.nodes)
         print(f"while both nodes read ({both_s:.2f} s): {carried}")
-        assert both_s > 0 and min(carried.values()) >= BALANCE * max(carried.values()), carried
 
     # 3. nothing is left: namespaces, mounts, the run directory
     assert f"{cluster.prefix}-" not in _namespaces()
