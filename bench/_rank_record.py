@@ -25,6 +25,16 @@ def write_rank_record(out_dir: str | None, record: dict) -> None:
     os.replace(path + ".tmp", path)
 
 
+def read_rank_records(out_dir: str, n_ranks: int) -> list[dict]:
+    """The records ranks 0 .. n_ranks-1 wrote in out_dir, in rank order; a rank that wrote none
+    is an error (FileNotFoundError naming its file), not a missing figure."""
+    records = []
+    for rank in range(n_ranks):
+        with open(os.path.join(out_dir, f"rank{rank}.json")) as f:
+            records.append(json.load(f))
+    return records
+
+
 def status_bytes(field: str) -> int | None:
     """A '... kB' field of /proc/self/status (VmRSS, VmHWM) in bytes; None where there is none."""
     try:

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 
+from bench._rank_record import read_rank_records
 from ingest.testbed.mpilaunch import LOCAL_MPI_ENV
 
 RANK_PEAK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_rank_peak.py")
@@ -51,11 +52,7 @@ def run_ingest(n_ranks: int, run_args: list[str], env: dict, timeout_s: float = 
                                f"{(done.stderr or done.stdout).strip()[-1500:]}")
         with open(report_path) as f:
             report = json.load(f)
-        peaks = []
-        for rank in range(n_ranks):
-            with open(os.path.join(workdir, f"rank{rank}.json")) as f:
-                peaks.append(json.load(f))
-        return {"report": report, "peaks": peaks, "wall_s": wall_s, "command": cmd}
+        return {"report": report, "peaks": read_rank_records(workdir, n_ranks), "wall_s": wall_s, "command": cmd}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -20,9 +20,9 @@ if __package__ in (None, ""):  # run as a file (python bench/run_all.py): make `
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import common
-from bench.cluster import predictions
+from bench.cluster import collectives, commands as cluster_commands, makespan as cluster_makespan, predictions
 from bench.cutouts import catalogue as cutouts, tiles as cutouts_tiles, writes as cutout_writes
-from bench.engine import engine
+from bench.engine import engine, startup
 from bench.publish import local as publish
 from bench.reads import (hdf5, memory, open_vs_read, pages, prestage, rounds, scaling, staging, strategies, subcube,
                          whole_object)
@@ -35,6 +35,9 @@ from ingest.units import GiB
 BENCHES = {module.NAME: module for module in (whole_object, subcube, strategies, scaling, predictions, rounds, memory,
                                                     pages, prestage, hdf5, engine, open_vs_read, staging, seed001,
                                                     publish, cutouts, cutout_writes, cutouts_tiles)}
+# Benchmarks that run on their own (the emulated cluster's need root and network namespaces;
+# start-up times its own launches), whose result files --summarize renders all the same.
+RUN_ALONE = {module.NAME: module for module in (cluster_makespan, cluster_commands, collectives, startup)}
 COMMON_OPTIONS = ("quick", "size_mib", "repeats", "warmup", "results_dir", "cache_dir", "quiet")
 
 
@@ -50,7 +53,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 def render(results: dict) -> str:
     """Markdown for one result file's contents, by its `bench` name."""
-    return BENCHES[results["bench"]].to_markdown(results)
+    return {**BENCHES, **RUN_ALONE}[results["bench"]].to_markdown(results)
+
+
+def load_results(paths: list[str]) -> list[dict]:
+    """The result files named, each checked to be one a benchmark here wrote (SystemExit naming
+    the file otherwise), so a summary is never cut short by a file in the middle of the list."""
+    known = {**BENCHES, **RUN_ALONE}
+    loaded = []
+    for path in paths:
+        try:
+            with open(path) as f:
+                results = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"--summarize: {path}: not a result file ({exc})") from None
+        name = results.get("bench") if isinstance(results, dict) else None
+        if name not in known:
+            raise SystemExit(f"--summarize: {path}: bench {name!r} is none of {sorted(known)}")
+        loaded.append(results)
+    return loaded
 
 
 def header(results_list: list[dict]) -> str:
@@ -85,7 +106,7 @@ def main(argv=None) -> int:
     unwind_on_signals()  # killed, it still stops its server and Toxiproxy (ingest.testbed.signals)
     args = common.settle(build_parser().parse_args(argv))
     if args.summarize:
-        loaded = [json.loads(open(path).read()) for path in args.summarize]
+        loaded = load_results(args.summarize)
         print("\n\n".join([header(loaded), targets_table(loaded)] + [render(r) for r in loaded]))
         return 0
     names = [n.strip() for n in args.only.split(",") if n.strip()]

@@ -423,3 +423,19 @@ def test_benches_run_on_ceph_rgw(tmp_path, bench):
         assert all(math.isfinite(v) and v >= 0 for v in server_cpu) and sum(server_cpu) > 0, server_cpu
     if bench == "publish":
         assert results["verified"] is True and "cluster" not in results, "versitygw's cluster figures are not RGW's"
+
+
+def test_summarize_renders_the_benches_that_run_alone_and_names_a_file_it_cannot(tmp_path):
+    # The emulated cluster's benches run on their own (root, namespaces); their results, kept in
+    # bench/results/, are rendered by --summarize like any other (a KeyError 'cluster' before).
+    kept = [os.path.join(REPO, "bench", "results", name) for name in ("cluster.json", "collectives.json")]
+    done = subprocess.run([sys.executable, "-m", "bench", "--summarize", *kept], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "| s2p | staging |" in done.stdout and "| bcast mpi/quiet |" in done.stdout
+    stranger = tmp_path / "other.json"
+    stranger.write_text(json.dumps({"bench": "nonesuch"}))
+    refused = subprocess.run([sys.executable, "-m", "bench", "--summarize", kept[0], str(stranger)], cwd=REPO,
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0 and refused.stdout == ""
+    assert f"--summarize: {stranger}: bench 'nonesuch' is none of" in refused.stderr

@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 from bench import common, mpirun
+from bench._rank_record import read_rank_records
 from bench.cutouts._setup import read_box, shifted_header
 from ingest.study.children import stop_process_group
 from ingest.testbed.signals import signals_held
@@ -94,10 +95,7 @@ def ingest_cutouts(env: common.BenchEnv, cube: common.Cube, profile: str, catalo
         return {"status": status, "wall_s": wall_s, "error": (done.stderr or done.stdout)[-1500:]}
     with open(report_path) as fh:
         report = json.load(fh)
-    peaks = []
-    for rank in range(ranks):
-        with open(os.path.join(peak_dir, f"rank{rank}.json")) as fh:
-            peaks.append(json.load(fh)["peak_rss_bytes"])
+    peaks = [record["peak_rss_bytes"] for record in read_rank_records(peak_dir, ranks)]
     totals, settings = report["totals"], report["settings"]
     bound = settings["memory_bound_bytes"]
     info.update(plan_choice=report["plan"]["choice"], settings=settings, clipped=report.get("clipped"),

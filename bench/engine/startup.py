@@ -38,6 +38,7 @@ if __package__ in (None, ""):  # run as a file (python bench/engine/startup.py):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from bench import common, mpirun
+from bench._rank_record import read_rank_records
 from bench.engine._rank_startup import LAUNCH_ENV, STARTUP_DIR_ENV
 from ingest.cli.main import BLAS_THREADS_DEFAULTS
 from ingest.units import MiB
@@ -135,11 +136,7 @@ def launch(n_ranks: int, run_args: list[str], env: dict, workdir: str) -> list[d
     if done.returncode != 0:
         raise RuntimeError(f"mpiexec -n {n_ranks} ingest run failed ({done.returncode}): "
                            f"{(done.stderr or done.stdout).strip()[-1500:]}")
-    ranks = []
-    for rank in range(n_ranks):
-        with open(os.path.join(workdir, f"rank{rank}.json")) as f:
-            ranks.append(json.load(f))
-    return ranks
+    return read_rank_records(workdir, n_ranks)
 
 
 def rank_figures(mark: dict) -> dict:

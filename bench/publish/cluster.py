@@ -33,6 +33,7 @@ if __package__ in (None, ""):  # run as a file: make `bench` importable
 
 from bench import common, mpirun
 from bench._rank_peak import PEAK_DIR_ENV
+from bench._rank_record import read_rank_records
 from bench.cluster.makespan import CONFIG, CpuSampler
 from bench.publish import _shared as shared
 from bench.reads.memory import SLACK_BYTES
@@ -112,10 +113,7 @@ def _publish(s: _Setting, key: str, first: list) -> dict:
     moved = _moved(before, s.counters(), s.cluster.nodes)
     with open(report_path) as fh:
         report = json.load(fh)
-    peaks = []
-    for rank in range(shared.N_RANKS):
-        with open(os.path.join(work, f"rank{rank}.json")) as fh:
-            peaks.append(json.load(fh)["peak_rss_bytes"])
+    peaks = [record["peak_rss_bytes"] for record in read_rank_records(work, shared.N_RANKS)]
     shutil.rmtree(work, ignore_errors=True)
     bound = report["memory_bound_bytes"] + SLACK_BYTES
     sample = {"elapsed_s": report["elapsed_s"], "wall_s": wall_s, "part_bytes": report["part_bytes"],

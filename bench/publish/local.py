@@ -33,6 +33,7 @@ if __package__ in (None, ""):  # run as a file: make `bench` importable
 
 from bench import common, mpirun
 from bench._rank_peak import PEAK_DIR_ENV
+from bench._rank_record import read_rank_records
 from bench.links import parse_profiles
 from bench.publish import cluster as publish_cluster
 from bench.publish._shared import BASELINES, GRID, N_RANKS, loadavg, make_cutouts
@@ -108,10 +109,7 @@ def _publish(env, cube, cutout_dir: str, link, key: str, first: list) -> dict:
             raise RuntimeError(f"publish failed ({done.returncode}): {done.stderr.strip()[-1500:]}")
         with open(report_path) as f:
             report = json.load(f)
-        peaks = []
-        for rank in range(N_RANKS):
-            with open(os.path.join(work, f"rank{rank}.json")) as f:
-                peaks.append(json.load(f)["peak_rss_bytes"])
+        peaks = [record["peak_rss_bytes"] for record in read_rank_records(work, N_RANKS)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     bound = report["memory_bound_bytes"] + SLACK_BYTES
