@@ -6,7 +6,7 @@ every isolated singleton the same session directory, and one that finalizes remo
 another creates it: that one dies in MPI_Init ("A call to mkdir was unable to create the desired
 directory"). Here 120 lone processes start MPI as a command does (world(), then cli.ending's
 end) while 4 `mpiexec -n 2` jobs run `ingest run` among them; every one must exit 0, and no
-lone process may leave its session directory behind.
+lone process may leave its session directory behind; one killed outright leaves it to the next.
 
 Why 120 bare starts rather than whole commands: the race needs one process finalizing while
 another creates its directories, so starts and ends must be dense. A whole `ingest run` spends
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -109,3 +110,46 @@ end_process(0)
     [(mine, inside)] = seen["mine"]
     assert mine.startswith(SESSION_DIR_PREFIX) and [d for d in inside if d.startswith("ompi.")], seen
     assert os.listdir(base) == []
+
+
+def test_a_lone_process_killed_outright_leaves_a_directory_the_next_one_removes_and_a_live_ones_is_kept(tmp_path):
+    """SIGKILL runs no exit handler, so the killed process's session directory stays; the next lone
+    process removes it (its lock is free) and keeps the one a live process holds."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = child_env(TMPDIR=str(scratch))
+    holder = """
+import sys
+from ingest.driver.mpi import world
+world()
+print("up", flush=True)
+sys.stdin.read()
+"""
+
+    def start_holder():
+        proc = subprocess.Popen([sys.executable, "-c", holder], env=env, cwd=ROOT, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "up"
+        return proc
+
+    def session_dirs():
+        return sorted(d for d in os.listdir(scratch) if d.startswith(SESSION_DIR_PREFIX))
+
+    killed = start_holder()
+    [killed_dir] = session_dirs()
+    live = start_holder()
+    try:
+        [live_dir] = [d for d in session_dirs() if d != killed_dir]
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(timeout=30)
+        assert session_dirs() == sorted([killed_dir, live_dir])  # the killed one's is left behind
+        done = subprocess.run([sys.executable, "-c", LONE], env=env, cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert session_dirs() == [live_dir]
+    finally:
+        live.stdin.close()
+        live.wait(timeout=60)
+        killed.stdout.close()
+        live.stdout.close()
+    assert session_dirs() == []  # the live one, ended, removed its own

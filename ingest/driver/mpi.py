@@ -6,6 +6,8 @@ so `import ingest` and the single-process API never start MPI.
 from __future__ import annotations
 
 import atexit
+import fcntl
+import glob
 import os
 import shutil
 import socket
@@ -52,11 +54,17 @@ _LAUNCHER_RANKS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCI
 # a node creates and removes the same jf.0/1: started together (a pipeline's lone steps) they
 # collide within seconds. A lone process therefore starts MPI in a tree of its own, a fresh
 # directory under the user's orte_tmpdir_base (the system's temporary directory where they set
-# none), removed at exit once it has finalized (a process killed outright leaves its empty tree).
+# none), removed at exit once it has finalized (or, killed outright, by the next lone process).
 # Open MPI 5 names a singleton's directories by its own job and removes only those, and MPICH's
 # singletons keep none: the variable means nothing to them.
 SESSION_DIR_VARIABLE = "OMPI_MCA_orte_tmpdir_base"
 SESSION_DIR_PREFIX = "ingest-mpi-"
+# A process killed outright runs no exit handler, so each directory holds a file its process keeps
+# locked (flock) for its whole life; the next lone process removes every directory whose lock it
+# can take. A lock, not a pid: the kernel drops it however the process dies, and a pid seen from
+# another pid namespace (a container sharing the directory) may look dead while it runs.
+SESSION_OWNER_FILE = "owner.lock"
+_session_locks: list[int] = []  # this process's own lock, held open until it exits
 
 
 def world():
@@ -114,8 +122,9 @@ def _own_session_dir(environ):
     base = environ.get(SESSION_DIR_VARIABLE) or None
     directory = None
     if _alone(environ) and "mpi4py.MPI" not in sys.modules:
+        remove_abandoned_session_dirs(base or tempfile.gettempdir())
         try:
-            directory = tempfile.mkdtemp(prefix=SESSION_DIR_PREFIX, dir=base)
+            directory = _held_session_dir(base)
         except OSError:
             directory = None
     if directory is not None:
@@ -129,6 +138,47 @@ def _own_session_dir(environ):
                 environ.pop(SESSION_DIR_VARIABLE, None)
             else:
                 environ[SESSION_DIR_VARIABLE] = base
+
+
+def _held_session_dir(base: str | None) -> str:
+    """A fresh session directory under base (the system's temporary directory if None), its
+    SESSION_OWNER_FILE locked by this process before the file has its name, so no other process
+    ever finds it unlocked while this one lives."""
+    directory = tempfile.mkdtemp(prefix=SESSION_DIR_PREFIX, dir=base)
+    fd = None
+    try:
+        fd = os.open(os.path.join(directory, SESSION_OWNER_FILE + ".new"),
+                     os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.rename(os.path.join(directory, SESSION_OWNER_FILE + ".new"), os.path.join(directory, SESSION_OWNER_FILE))
+    except OSError:
+        if fd is not None:
+            os.close(fd)
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    _session_locks.append(fd)
+    return directory
+
+
+def remove_abandoned_session_dirs(base: str) -> list[str]:
+    """Remove the lone processes' session directories under base whose owner no longer holds its
+    lock (it died without its exit handler); those removed. A directory still being made (no
+    owner file yet) and one whose lock is held are left alone."""
+    removed = []
+    for directory in glob.glob(os.path.join(glob.escape(base), SESSION_DIR_PREFIX + "*")):
+        try:
+            fd = os.open(os.path.join(directory, SESSION_OWNER_FILE), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # held: its process lives
+        finally:
+            os.close(fd)  # a lock taken is released here; the directory goes at once
+        shutil.rmtree(directory, ignore_errors=True)
+        removed.append(directory)
+    return removed
 
 
 def _remove_session_dir(directory: str, owner_pid: int) -> None:
