@@ -90,10 +90,17 @@ def subcube_image(layout, box, *, source_label: str, attrs: dict | None = None,
             dcpl.set_layout(h5py.h5d.CONTIGUOUS)
             dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)  # the offset is known before any data
             dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)  # and no fill pass writes over it
-            lcpl = h5py.h5p.create(h5py.h5p.LINK_CREATE)
-            lcpl.set_create_intermediate_group(True)
-            dsid = h5py.h5d.create(f.id, layout.dataset.encode(), h5py.h5t.py_create(layout.dtype, logical=True),
-                                   h5py.h5s.create_simple(shape), dcpl=dcpl, lcpl=lcpl)
+            # No times in the object headers: the same region makes the same bytes whenever, and
+            # on however many ranks, it is written (HDF5 records a modification time otherwise).
+            dcpl.set_obj_track_times(False)
+            parent = f.id
+            *groups, name = [part for part in layout.dataset.split("/") if part]
+            for group in groups:
+                gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
+                gcpl.set_obj_track_times(False)
+                parent = h5py.h5g.create(parent, group.encode(), gcpl=gcpl)  # a fresh file: none exists
+            dsid = h5py.h5d.create(parent, name.encode(), h5py.h5t.py_create(layout.dtype, logical=True),
+                                   h5py.h5s.create_simple(shape), dcpl=dcpl)
             _set_attrs(h5py.Dataset(dsid), region_attrs(layout, box, source_label) if attrs is None else attrs)
             data_offset = dsid.get_offset()
         size_bytes = os.path.getsize(path)
