@@ -154,7 +154,7 @@ class SkyPolygon:
     def __post_init__(self):
         object.__setattr__(self, "frame", normalize_frame(self.frame))
         vertices = tuple((float(lon) % 360.0, float(lat)) for lon, lat in self.vertices_deg)
-        if len(vertices) > 3 and vertices[0] == vertices[-1]:
+        if len(vertices) >= 3 and vertices[0] == vertices[-1]:
             vertices = vertices[:-1]  # a closed ring written out: the last vertex repeats the first
         what = f"polygon {' '.join(f'({number_text(a)}, {number_text(b)})' for a, b in vertices)}"
         if len(vertices) < 3:
@@ -316,7 +316,6 @@ def parse_pos(text: str, frame: str = "icrs") -> SkyCircle | SkyRange | SkyPolyg
         frame = normalize_frame(" ".join(frame_words) if frame_words else frame)
     except ConfigError as exc:
         raise ConfigError(f"position {text!r}: {exc}") from None
-    unit = None
     if values and _is_word(values[-1]) and all(bare_number(v) is not None for v in values[:-1]):
         unit_word, values = values[-1], values[:-1]  # SODA's numbers and one unit word for them all
         unit = _angle_unit_word(unit_word)
@@ -345,7 +344,7 @@ def parse_pos(text: str, frame: str = "icrs") -> SkyCircle | SkyRange | SkyPolyg
         if number is not None and (math.isinf(number) and shape != "range"):
             raise ConfigError(f"position {text!r}: {token!r} is infinite; only a RANGE side may be open")
         if number is not None and (soda or math.isinf(number)):
-            degrees.append(number * (1.0 if unit is None or math.isinf(number) else unit.to(u.deg)))
+            degrees.append(number)  # SODA's bare degrees: the one unit word after them can only be deg
         elif number is not None:
             raise ConfigError(f"position {text!r}: {token!r} has no unit; beside values with units every "
                               f"angle needs one (e.g. {token}deg), or give all as bare degrees (SODA)")
