@@ -2,7 +2,8 @@
 ingest run --pos ... --band ... --output-dir` for the same region (header, data, cut BEAMS table),
 `to_spectral_cube` what spectral-cube reads from that file, its WCS has the cube's every axis, and
 an array SkyCoord gives, from one planned read, what one call per position gives. On an ASKAP-like
-cube (RA, Dec, FREQ, STOKES; a beam per channel) in a local file and in a real S3 store."""
+cube (RA, Dec, FREQ, STOKES; a beam per channel) in a local file and in a real S3 store. An HDF5
+cube's `writeto` is the command line's .h5 file, byte for byte."""
 from __future__ import annotations
 
 import io
@@ -17,6 +18,7 @@ from astropy.io import fits
 from astropy.wcs import WCS
 
 import ingest
+from ingest.errors import ConfigError
 from ingest.testbed.synth import build_header, write_cube
 from tests.mpitools import child_env, cli
 
@@ -47,11 +49,11 @@ def s3_cube(s3_server, cubes):
     return f"s3://{bucket}/askap.fits"
 
 
-def _cli_file(source, out_dir, env) -> bytes:
+def _cli_file(source, out_dir, env, suffix=".fits") -> bytes:
     """The one file `python -m ingest run --pos POS --band BAND --output-dir` writes (one process)."""
     proc = cli(["run", "--source", source, "--pos", POS, "--band", BAND, "--output-dir", out_dir], env)
     assert proc.returncode == 0, proc.stderr
-    files = sorted(out_dir.glob("*.fits"))
+    files = sorted(out_dir.glob(f"*{suffix}"))
     assert len(files) == 1, files
     return files[0].read_bytes()
 
@@ -93,6 +95,54 @@ def test_writeto_is_the_command_lines_file_byte_for_byte_from_a_local_file(cubes
 def test_writeto_is_the_command_lines_file_byte_for_byte_from_s3(s3_server, s3_env, s3_cube, tmp_path):
     with ingest.open(s3_cube) as cube:
         _product_matches_cli(cube, s3_cube, tmp_path, child_env(s3_server))
+
+
+@pytest.fixture(scope="module")
+def h5_cubes(s3_server, tmp_path_factory):
+    """An HDF5 cube (float32 at /0/DATA, the FITS cube's WCS as the dataset's attributes), local
+    and in a versitygw bucket: {"local": path, "s3": s3:// URL}."""
+    import h5py
+
+    shape = SHAPE[1:]
+    path = tmp_path_factory.mktemp("product_h5") / "askap.h5"
+    with h5py.File(path, "w") as f:
+        dset = f.create_dataset("/0/DATA", data=np.arange(np.prod(shape), dtype=">f4").reshape(shape))
+        for key, value in build_header(shape, -32).items():
+            if key not in ("SIMPLE", "BITPIX", "EXTEND") and not key.startswith("NAXIS"):
+                dset.attrs[key] = value
+    bucket = s3_server.make_bucket(f"product-h5-{uuid.uuid4().hex[:8]}")
+    s3_server.client().upload_file(str(path), bucket, "askap.h5")
+    return {"local": str(path), "s3": f"s3://{bucket}/askap.h5"}
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_writeto_of_an_hdf5_cube_is_the_command_lines_h5_file_byte_for_byte(where, h5_cubes, s3_server, request,
+                                                                           tmp_path):
+    import h5py
+
+    if where == "s3":
+        request.getfixturevalue("s3_env")
+    source = h5_cubes[where]
+    with ingest.open(source) as cube:
+        cut = cube.cutout(CENTER, RADIUS, spectral=SPECTRAL)
+    expected = _cli_file(source, tmp_path / "cli", child_env(s3_server if where == "s3" else None), suffix=".h5")
+    mine = tmp_path / "mine.h5"
+    cut.writeto(mine)
+    assert mine.read_bytes() == expected
+    with pytest.raises(OSError, match="overwrite=True"):
+        cut.writeto(mine)
+    mine.write_bytes(b"old")
+    cut.writeto(mine, overwrite=True)
+    assert mine.read_bytes() == expected and sorted(p.name for p in tmp_path.iterdir()) == ["cli", "mine.h5"]
+    with h5py.File(mine, "r") as f:  # the region and where it came from, as h5py reads them
+        dset = f["/0/DATA"]
+        np.testing.assert_array_equal(dset[...], cut.data)
+        assert list(dset.attrs["ingest_region_start"]) == [a for a, _ in cut.box]
+        assert dset.attrs["ingest_source"] == source and 0 < cut.box[2][0]
+        assert dset.attrs["CRPIX1"] == 20.5 - cut.box[2][0]  # the region's pixels keep their world coordinates
+    with pytest.raises(ConfigError, match="Cutout.to_hdulist: .* HDF5 cube"):
+        cut.to_hdulist()
+    assert cut.header is None and cut.beams is None
 
 
 def test_the_cutouts_wcs_has_the_cubes_axes_stokes_too(cubes, tmp_path):

@@ -131,7 +131,7 @@ def test_an_hdf5_region_file_is_the_same_bytes_whenever_it_is_written(tmp_path):
     import h5py
 
     from ingest.formats.hdf5 import read_hdf5_layout
-    from ingest.outputs.h5files import subcube_image
+    from ingest.formats.h5_cutout import subcube_image
     from ingest.transports.base import MemoryTransport
 
     source = tmp_path / "cube.h5"

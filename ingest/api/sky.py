@@ -3,8 +3,8 @@
 astropy's own objects in (a SkyCoord, an angular Quantity, two spectral Quantities), the box the
 rule of ingest.sky.pixels gives (every pixel whose centre lies in the region), the data read as
 any other box is, and a WCS whose pixels keep the world coordinates they had in the cube. A
-Cutout is also the file the command line writes for that box (header, BEAMS table, writeto), and
-spectral-cube's cube of it.
+Cutout is also the file the command line writes for that box: of a FITS cube, a FITS file (header,
+BEAMS table, writeto) and spectral-cube's cube of it; of an HDF5 cube, an .h5 file (writeto).
 """
 from __future__ import annotations
 
@@ -23,7 +23,10 @@ class Cutout:
     ingest.formats.fits_cutout makes them for the command line), `beams` (the BEAMS table cut to
     the box), `writeto(path)` and `to_hdulist()` (those bytes), `to_spectral_cube()`.
     What is written is the stored values read from the cube (BITPIX, BSCALE and BZERO kept); to
-    write other values, change the data of `to_hdulist()` and write that."""
+    write other values, change the data of `to_hdulist()` and write that. Of an HDF5 cube, the
+    file is HDF5 and `writeto(path)` is all it offers (ingest.formats.h5_cutout: the dataset at
+    the cube's path, its attributes with CRPIXn shifted); `header` and `beams` are None and
+    `to_hdulist()`/`to_spectral_cube()` are refused, as there is no FITS file to give."""
 
     data: np.ndarray
     wcs: object  # astropy.wcs.WCS of every axis (as cube.wcs), or None for a cube without one
@@ -52,15 +55,19 @@ class Cutout:
         return None if layout is None else layout.box_beams(self.box)
 
     def writeto(self, path, overwrite: bool = False) -> None:
-        """Write the cut-out to `path` as one FITS file, the bytes `python -m ingest run --pos ...
-        --output-dir` writes for the same box: header, data, then the cut BEAMS table. Atomic (a
-        temporary name beside `path`, then a rename). An existing file is an OSError unless
-        `overwrite` (as astropy's writeto)."""
+        """Write the cut-out to `path` as one file, the bytes `python -m ingest run --pos ...
+        --output-dir` writes for the same box: of a FITS cube a FITS file (header, data, then the
+        cut BEAMS table), of an HDF5 cube an HDF5 file (the region's dataset and attributes).
+        Atomic (a temporary name beside `path`, then a rename). An existing file is an OSError
+        unless `overwrite` (as astropy's writeto)."""
         import os
 
         from ingest.atomic import atomic_write
 
         path = os.fspath(path)
+        if self.layout is not None and self.layout.kind == "hdf5":
+            self._write_h5(path, overwrite)
+            return
         head, data, tail = self._pieces("writeto", path)
         if not overwrite and os.path.exists(path):
             raise OSError(f"{path}: the file exists; pass overwrite=True to replace it")
@@ -96,6 +103,19 @@ class Cutout:
                               f"pip install ingest[spectral]") from exc
         return SpectralCube.read(self.to_hdulist())
 
+    def _write_h5(self, path: str, overwrite: bool) -> None:
+        """An HDF5 cube's cut-out as `run --output-dir` writes it (ingest.outputs.subcubes'
+        write_cutout: the same source label, no extra attributes), atomically."""
+        import os
+
+        from ingest.formats.fits_cutout import source_label
+        from ingest.formats.h5_cutout import write_h5_subcube
+
+        if not overwrite and os.path.exists(path):
+            raise OSError(f"{path}: the file exists; pass overwrite=True to replace it")
+        raw = self.data if self.raw is None else self.raw
+        write_h5_subcube(path, self.layout, self.box, raw, source_label=source_label(self.layout))
+
     def _fits(self, what: str, required: bool = True):
         """The cube's FITS layout; None (or a ConfigError naming `what`, when required) otherwise."""
         layout = self.layout
@@ -107,7 +127,8 @@ class Cutout:
 
         kind = "was made without its cube" if layout is None else "is of an HDF5 cube"
         raise ConfigError(f"Cutout.{what}: a FITS cut-out needs a FITS cube; this cut-out {kind} "
-                          f"(python -m ingest run --pos ... --output-dir writes an HDF5 cube's as HDF5)")
+                          f"(Cutout.writeto, like python -m ingest run --pos ... --output-dir, writes an HDF5 "
+                          f"cube's cut-out as HDF5)")
 
     def _pieces(self, what: str, path: str | None = None):
         """(head, data, tail): the cut-out's FITS bytes as ingest.formats.fits_cutout makes them."""

@@ -4,7 +4,7 @@ The rule: a run that names one region (`--region`, `--pos`, `--band`, `--channel
 it into regions that tile it exactly (no halo, no s2p regions, no take_regions) writes ONE file
 for that region, whatever the rank count: the bytes the one-rank writer makes (FITS: header,
 big-endian data, zeros to a 2880-byte block, the BEAMS table cut to the box; HDF5: the
-region's .h5 file, ingest.outputs.h5files), under the name a one-rank run gives it
+region's .h5 file, ingest.formats.h5_cutout), under the name a one-rank run gives it
 (`output_name(0, box)`). `--per-rank-files` keeps a file per rank and region.
 
 How: the file's layout is known before any data moves (the cut-out plan of

@@ -98,7 +98,7 @@ def _frame_size(layout, frame) -> int:
 def _subcube(layout, box, path_stem: str, index: int) -> OutFile:
     nbytes = layout.itemsize * math.prod(b - a for a, b in box)
     if layout.kind == "hdf5":
-        from ingest.outputs.h5files import subcube_image
+        from ingest.formats.h5_cutout import subcube_image
 
         image = subcube_image(layout, box, source_label=layout.source)
         return OutFile(f"{path_stem}_region{index + 1:03d}.h5", tuple(image.pieces), image.data_offset,

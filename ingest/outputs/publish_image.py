@@ -10,7 +10,7 @@ extension (CASAMBM = T, ingest.formats.beams) the table follows the data whole (
 whole cube, so every channel's row holds), and CASAMBM = T stays; a header that says CASAMBM = T
 without a table at hand (a Header or card text from a caller) loses the card, so the object
 never promises a table it lacks. HDF5: the source dataset's path and attributes, contiguous, in a file h5py
-lays out once (ingest.outputs.h5files), so the data is one run at a known offset.
+lays out once (ingest.formats.h5_cutout), so the data is one run at a known offset.
 """
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def fits_image(header, shape: tuple[int, ...], dtype: np.dtype, beams=None) -> t
 def hdf5_image(layout, shape: tuple[int, ...], dtype: np.dtype) -> ObjectImage:
     """An HDF5 file with one contiguous dataset at `layout`'s path (an H5Layout: the header
     source), `shape` and `dtype` (its byte order kept), and the source dataset's attributes."""
-    from ingest.outputs.h5files import subcube_image
+    from ingest.formats.h5_cutout import subcube_image
 
     if tuple(layout.shape) != tuple(shape):
         raise ConfigError(f"header: {layout.source} dataset {layout.dataset} has shape {tuple(layout.shape)} but the "

@@ -79,7 +79,7 @@ def _tmp_path(final_path: str) -> str:
 def write_subcube(out_dir, rank: int, box, raw: np.ndarray, layout: FitsLayout) -> str:
     """Write `raw` (RAW stored values, layout.raw_dtype, shape = box extents) as a file named by
     `output_name` in `out_dir` with `write_cutout`; returns the final path. An HDF5 source's region
-    is written as HDF5 (ingest.outputs.h5files)."""
+    is written as HDF5 (ingest.formats.h5_cutout)."""
     pairs = _check_box(box, layout.shape, f"rank {rank} output")
     final_path = os.path.join(os.fspath(out_dir), output_name(rank, pairs, output_ext(layout)))
     write_cutout(final_path, pairs, raw, layout)
@@ -105,7 +105,7 @@ def write_cutout(path, box, raw: np.ndarray, layout: FitsLayout, *, object_name:
     if raw.shape != extents:
         raise IngestError(f"{path}: data shape {raw.shape} does not match box extents {extents}")
     if layout.kind == "hdf5":
-        from ingest.outputs.h5files import write_h5_subcube
+        from ingest.formats.h5_cutout import write_h5_subcube
 
         extra = {key: value for key, value, _ in _card_list(extra_cards)}
         extra.update({} if object_name is None else {"OBJECT": str(object_name)})

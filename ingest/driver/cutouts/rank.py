@@ -45,7 +45,7 @@ PUBLISH_AFTER_S = 1.0  # a group's most work, in seconds from its first cut-out:
 def _write(sink, job, source, raw, batch: DurableBatch, headers) -> str:
     path = sink.path(source.file_stem + job.ext)
     if job.layout.kind == "hdf5":
-        from ingest.outputs.h5files import write_h5_subcube
+        from ingest.formats.h5_cutout import write_h5_subcube
 
         write_h5_subcube(path, job.layout, source.box, raw, source_label=job.layout.source)
     else:
