@@ -79,7 +79,7 @@ class CubeAxes:
         self.wcs = wcs
         self.ctypes = [str(c) for c in wcs.wcs.ctype]
         lng, lat, spec = wcs.wcs.lng, wcs.wcs.lat, wcs.wcs.spec
-        self.lng, self.lat = (lng, lat) if lng >= 0 and lat >= 0 else (-1, -1)
+        self.lng, self.lat = lng, lat  # both -1 or both axes: wcslib refuses an unmatched celestial axis
         self.spec = spec
         self._check_separable()
         self._plane = self._spectral = None
@@ -92,7 +92,8 @@ class CubeAxes:
         return len(self.shape) - 1 - fits_index
 
     def axis_name(self, fits_index: int) -> str:
-        return self.ctypes[fits_index].split("-")[0].strip().lower() or f"axis{fits_index + 1}"
+        """A celestial axis's name: wcslib accepts its CTYPE only with the name before the first '-'."""
+        return self.ctypes[fits_index].split("-")[0].strip().lower()
 
     def _check_separable(self) -> None:
         """Boxes need the sky plane and the spectral axis to vary independently of each other."""
