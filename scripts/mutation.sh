@@ -21,9 +21,11 @@ declare -A tests_of=(
   [sky/bands]="tests/test_sky_units.py tests/test_sky_catalogue.py tests/test_sky_regions.py tests/test_sky_pixels.py tests/test_mutants_sky.py"
   [sky/pixels]="tests/test_sky_pixels.py tests/test_sky_frames.py tests/test_mutants_sky.py tests/test_mutants_sky_pixels.py"
   [sky/regions]="tests/test_sky_regions.py tests/test_sky_pixels.py tests/test_sky_frames.py tests/test_mutants_sky.py tests/test_mutants_sky_regions.py"
+  [outputs/manifest]="tests/test_mutants_outputs.py"
+  [outputs/cutouts]="tests/test_mutants_outputs.py"
 )
 # the order of a full run: smallest first, the sky modules still being edited last
-all_modules="core/byteruns core/ownership core/decompose core/cutplan formats/fits sky/bands sky/pixels sky/regions"
+all_modules="core/byteruns core/ownership core/decompose core/cutplan formats/fits sky/bands sky/pixels sky/regions outputs/manifest outputs/cutouts"
 
 python -c "import mutmut" 2>/dev/null || python -m pip install -q --disable-pip-version-check -e ".[mutation]"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
