@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import warnings
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -72,12 +73,12 @@ class BeamTable:
 
         return fits.Header.fromstring(self.header_text)
 
-    @property
+    @cached_property  # parsing the header is astropy's slow path; a frozen table's counts never change
     def nchan(self) -> int:
         """NCHAN: channels the table describes."""
         return int(self.header["NCHAN"])
 
-    @property
+    @cached_property
     def npol(self) -> int:
         """NPOL: polarisations the table describes."""
         return int(self.header["NPOL"])

@@ -103,6 +103,11 @@ class FitsLayout(ContiguousGeometry):
         Stokes axis). None when the cube has no table."""
         if self.beams is None:
             return None
+        return self.beams.cut(*self.beam_range(box))
+
+    def beam_range(self, box) -> tuple[int, int, int, int]:
+        """(chan_start, chan_stop, pol_start, pol_stop) of the BEAMS rows `box` keeps (the arguments
+        of BeamTable.cut; see box_beams). The cube must have a table."""
         spectral, stokes = axis_roles(self.header_text, len(self.shape))
         if spectral is None:
             if self.beams.nchan != 1:
@@ -112,7 +117,7 @@ class FitsLayout(ContiguousGeometry):
         else:
             chans = box[spectral]
         pols = box[stokes] if stokes is not None else (0, self.beams.npol)
-        return self.beams.cut(int(chans[0]), int(chans[1]), int(pols[0]), int(pols[1]))
+        return int(chans[0]), int(chans[1]), int(pols[0]), int(pols[1])
 
 
 def axis_roles(header_text: str, ndim: int) -> tuple[int | None, int | None]:

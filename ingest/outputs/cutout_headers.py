@@ -7,12 +7,19 @@ the first box of each shape of header (which axes start past 0, whether OBJECT i
 cards that differ (NAXISn, the shifted CRPIXn/CRPIXna/LTVn, OBJECT and ingest's HISTORY line),
 each with astropy's own Card formatting. tests/test_cutout_headers.py checks that the bytes equal
 `subcube_header`'s for random boxes.
+
+The BEAMS table after a cut-out goes the same way (`CutoutBeams`): astropy writes the first table
+of each shape (whether all channels, all polarisations are kept: a card whose value stays the
+source's keeps its image, one that changes is re-rendered); later ones patch NAXIS2, NCHAN and
+NPOL and pack the kept rows big-endian. tests/test_beams_bytes.py checks the bytes equal
+`BeamTable.cut(...).to_bytes()`'s, the reference, for random tables and boxes.
 """
 from __future__ import annotations
 
 import re
 from functools import lru_cache
 
+import numpy as np
 from astropy.io import fits
 from astropy.io.fits.card import _format_value  # astropy's own number formatting: the same bytes
 
@@ -23,6 +30,11 @@ _BLOCK_BYTES = 2880
 _END = "END".ljust(80)
 _SHIFTED = re.compile(r"(?:CRPIX(\d+)[A-Z]?|LTV(\d+))")
 _NAXIS = re.compile(r"NAXIS(\d+)")
+# TFORM letters whose values are plain big-endian numbers, and their numpy types: the columns CASA
+# writes (E, J) and their kin. Any other column (strings, bits, scaled) is left to astropy.
+_PLAIN_TFORM = re.compile(r"(\d*)([BIJKED])")
+_PLAIN_TYPES = {"B": "u1", "I": "i2", "J": "i4", "K": "i8", "E": "f4", "D": "f8"}
+_NOT_PLAIN_KEYS = ("TSCAL", "TZERO", "TDIM")
 
 
 class _Template:
@@ -102,6 +114,16 @@ class CutoutHeaders:
     def __init__(self, layout):
         self.layout = layout
         self._templates: dict[tuple, _Template] = {}
+        self._beams = None  # CutoutBeams of layout.beams, made at the first tail
+
+    def tail(self, box) -> bytes:
+        """The BEAMS extension that follows the cut-out of `box` (numpy-order pairs, as `head` was
+        given): `layout.box_beams(box).to_bytes()`'s bytes; b"" when the cube has no table."""
+        if self.layout.beams is None:
+            return b""
+        if self._beams is None:
+            self._beams = CutoutBeams(self.layout.beams)
+        return self._beams.cut_bytes(*self.layout.beam_range(box))
 
     def head(self, box, object_name: str | None = None) -> bytes:
         layout = self.layout
@@ -113,3 +135,101 @@ class CutoutHeaders:
             self._templates[shape] = _Template(header, layout, pairs, object_name)
             return header.tostring().encode("ascii")
         return template.render(layout, pairs, object_name)
+
+
+class CutoutBeams:
+    """The BEAMS tables of many cut-outs of one cube (ingest.formats.beams.BeamTable), as bytes."""
+
+    def __init__(self, table):
+        self.table = table
+        self.nchan, self.npol = table.nchan, table.npol
+        self._fits_dtype = _plain_fits_dtype(table.header, table.rows.dtype)
+        self._templates: dict[tuple, _TableTemplate | None] = {}
+
+    def cut_bytes(self, chan_start: int, chan_stop: int, pol_start: int = 0, pol_stop: int | None = None) -> bytes:
+        """`table.cut(chan_start, chan_stop, pol_start, pol_stop).to_bytes()`: header, rows and zero
+        padding, whole 2880-byte blocks (its RegionError for a range outside the table)."""
+        pol_stop = self.npol if pol_stop is None else pol_stop
+        n_chan, n_pol = chan_stop - chan_start, pol_stop - pol_start
+        shape = (n_chan == self.nchan, n_pol == self.npol)
+        template = self._templates.get(shape)
+        if (template is None or self._fits_dtype is None
+                or not (0 <= chan_start < chan_stop <= self.nchan and 0 <= pol_start < pol_stop <= self.npol)):
+            whole = self.table.cut(chan_start, chan_stop, pol_start, pol_stop).to_bytes()
+            if shape not in self._templates and self._fits_dtype is not None:
+                self._templates[shape] = _TableTemplate.of(whole, shape, self._rows_bytes(chan_start, chan_stop,
+                                                                                           pol_start, pol_stop))
+            return whole
+        data = self._rows_bytes(chan_start, chan_stop, pol_start, pol_stop)
+        return template.render({"NAXIS2": len(data) // self._fits_dtype.itemsize, "NCHAN": n_chan, "NPOL": n_pol},
+                               data)
+
+    def _rows_bytes(self, chan_start, chan_stop, pol_start, pol_stop) -> bytes:
+        """The kept rows in their order, CHAN and POL from 0, as a FITS table stores them."""
+        chan, pol = self.table.rows["CHAN"], self.table.rows["POL"]
+        rows = self.table.rows[(chan >= chan_start) & (chan < chan_stop) & (pol >= pol_start) & (pol < pol_stop)]
+        rows["CHAN"] -= chan_start
+        rows["POL"] -= pol_start
+        return rows.astype(self._fits_dtype).tobytes()
+
+
+class _TableTemplate:
+    """One shape of BEAMS table: astropy's card images, and which of them each box re-renders."""
+
+    def __init__(self, images, patched):
+        self.images, self.patched = images, patched  # patched: {card index: (keyword, comment)}
+
+    @classmethod
+    def of(cls, whole: bytes, shape, data: bytes):
+        """The template of astropy's bytes `whole` of a table of this shape whose rows are `data`;
+        None (astropy writes every table of the shape) when patching would not give its bytes."""
+        text = whole.decode("latin-1")  # one character a byte: the rows need not be text
+        images = [text[i:i + 80] for i in range(0, len(text), 80)]
+        end = next((i for i, image in enumerate(images) if image == _END), None)
+        if end is None:
+            return None
+        images = images[:end + 1]
+        keys = {"NAXIS2"} if shape != (True, True) else set()
+        keys |= {key for key, full in zip(("NCHAN", "NPOL"), shape) if not full}
+        patched = {}
+        for i, image in enumerate(images):
+            if image[:8].rstrip() in keys:
+                card = fits.Card.fromstring(image)
+                patched[i] = (card.keyword, card.comment)
+                if _number_card(card.keyword, card.value, card.comment) != image:
+                    return None
+        template = cls(images, patched)
+        if len(patched) != len(keys) or template.render({}, data) != whole:
+            return None
+        return template
+
+    def render(self, values, data: bytes) -> bytes:
+        images = list(self.images)
+        for i, (key, comment) in self.patched.items():
+            if key in values:
+                images[i] = _number_card(key, int(values[key]), comment)
+        text = "".join(images)
+        return ((text + " " * (-len(text) % _BLOCK_BYTES)).encode("ascii") + data
+                + b"\0" * (-len(data) % _BLOCK_BYTES))
+
+
+def _plain_fits_dtype(header: fits.Header, dtype: np.dtype) -> np.dtype | None:
+    """The big-endian record type of a table whose columns are all plain numbers (see _PLAIN_TFORM),
+    in the header's order, unscaled and as the rows hold them; None for any other table."""
+    fields = []
+    for i in range(1, int(header.get("TFIELDS", 0)) + 1):
+        match = _PLAIN_TFORM.fullmatch(str(header.get(f"TFORM{i}", "")).strip().upper())
+        if match is None or any(f"{key}{i}" in header for key in _NOT_PLAIN_KEYS):
+            return None
+        repeat = int(match.group(1) or 1)
+        if repeat < 1:  # a column of no values: astropy's business
+            return None
+        values_shape = () if repeat == 1 else (repeat,)
+        fields.append((str(header[f"TTYPE{i}"]).strip(), ">" + _PLAIN_TYPES[match.group(2)], values_shape))
+    try:
+        fits_dtype = np.dtype(fields)
+    except (TypeError, ValueError):  # a name twice, or none
+        return None
+    if fits_dtype.names != dtype.names or fits_dtype.newbyteorder("=") != dtype:
+        return None
+    return fits_dtype

@@ -95,9 +95,9 @@ def write_cutout(path, box, raw: np.ndarray, layout: FitsLayout, *, object_name:
     the cube has one. Atomic: a temporary name beside `path`, fsync, rename; an exception leaves
     nothing at `path` (an old file there stays whole). With `batch` (ingest.atomic.DurableBatch) the
     file waits under its temporary name until the batch is published, with many others, by one
-    sync. `headers` (ingest.outputs.cutout_headers.CutoutHeaders of this cube) makes the header by
-    patching cards, for many cut-outs (not with extra_cards). Returns the bytes written. An HDF5
-    source's box is written as HDF5, OBJECT and the extra cards as attributes."""
+    sync. `headers` (ingest.outputs.cutout_headers.CutoutHeaders of this cube) makes the header and
+    the BEAMS table by patching cards, for many cut-outs (not with extra_cards). Returns the bytes
+    written. An HDF5 source's box is written as HDF5, OBJECT and the extra cards as attributes."""
     path = os.fspath(path)
     pairs = _check_box(box, layout.shape, path)
     extents = tuple(b - a for a, b in pairs)
@@ -113,8 +113,7 @@ def write_cutout(path, box, raw: np.ndarray, layout: FitsLayout, *, object_name:
         return os.path.getsize(path)
     data = cutout_data(path, raw, layout)
     if headers is not None and extra_cards is None:
-        beams = layout.box_beams(pairs)
-        head, tail = headers.head(pairs, object_name), (beams.to_bytes() if beams is not None else b"")
+        head, tail = headers.head(pairs, object_name), headers.tail(pairs)
     else:
         head, tail = cutout_parts(layout, pairs, object_name=object_name, extra_cards=extra_cards)
     # The temp name holds our pid: a file already there is a dead process's leftover (pid
