@@ -37,10 +37,11 @@ import time
 import uuid
 import weakref
 
-from ingest.errors import ConfigError, IngestError, TransportError
+from ingest.errors import ConfigError, IngestError
 from ingest.testbed.cephconf import RGW_NAME, cephx_key, conf_text, keyring_text, log_tail
 from ingest.testbed.certs import make_ca_and_cert
 from ingest.testbed.localserver import REGION
+from ingest.testbed.s3store import LoopbackStore
 from ingest.testbed.signals import UNWIND_SIGNALS, signals_held, unwind_on_signals
 from ingest.testbed.toxiproxy import free_port
 
@@ -76,10 +77,10 @@ def _kill_all(procs: list, root: str | None) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
-class CephRGW:
+class CephRGW(LoopbackStore):
     """A one-node Ceph with radosgw on 127.0.0.1, HTTP and HTTPS; a context manager (start on
-    enter, torn down on exit). Same client surface as LocalS3Server: endpoint_url, access_key,
-    secret_key, region, client(), make_bucket(), env(); plus https_endpoint, ca_bundle, set_config."""
+    enter, torn down on exit). The loopback stores' client surface (ingest.testbed.s3store: client(),
+    make_bucket(), env(), https=True for the TLS endpoint), plus set_config."""
 
     def __init__(self, memstore_bytes: int = DEFAULT_MEMSTORE_BYTES, startup_timeout_s: float = 90.0,
                  request_log: bool = False):
@@ -96,7 +97,7 @@ class CephRGW:
         self._procs: list[subprocess.Popen] = []
         self._daemons: dict[str, subprocess.Popen] = {}
         self._finalizer = None
-        self._clients: dict = {}
+        self.forget_clients()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "CephRGW":
@@ -258,7 +259,7 @@ class CephRGW:
             self._finalizer()
         self._finalizer = None
         self._daemons = {}
-        self._clients = {}
+        self.forget_clients()
         self.root = None
 
     @property
@@ -309,12 +310,6 @@ class CephRGW:
         asok = self._path("run", f"client.rgw.{RGW_NAME}.asok")
         return str(json.loads(self._ceph("daemon", asok, "config", "get", key))[key])
 
-    def __enter__(self) -> "CephRGW":
-        return self.start()
-
-    def __exit__(self, *exc_info) -> None:
-        self.stop()
-
     # -- what clients need ---------------------------------------------------------------------
     @property
     def endpoint_url(self) -> str:
@@ -336,36 +331,6 @@ class CephRGW:
         if self.root is None:
             raise IngestError("ceph rgw: no CA yet; call start() first")
         return self._tls["ca"]
-
-    def client(self, https: bool = False, **kw):
-        """A boto3 S3 client for this store (kw go to s3_client; endpoint_url picks the protocol)."""
-        from ingest.transports.s3client import s3_client
-
-        url = kw.pop("endpoint_url", None) or (self.https_endpoint if https else self.endpoint_url)
-        args = dict(endpoint_url=url, aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
-                    region_name=self.region, **({"verify": self.ca_bundle} if url.startswith("https") else {}))
-        if kw:
-            return s3_client(**args, **kw)
-        if url not in self._clients:  # a client costs 0.1-0.2 s; keys and ports change per start
-            self._clients[url] = s3_client(**args)
-        return self._clients[url]
-
-    def make_bucket(self, name: str) -> str:
-        """Create bucket name and return it."""
-        try:
-            self.client().create_bucket(Bucket=name)
-        except Exception as exc:  # ClientError (InvalidBucketName, BucketAlreadyExists), ...
-            raise TransportError(f"bucket {name!r} on {self.endpoint_url}: cannot create: {exc}") from exc
-        return name
-
-    def env(self, https: bool = False) -> dict[str, str]:
-        """AWS_* variables that point boto3's chain at this store (https: the TLS endpoint and its CA)."""
-        out = {"AWS_ENDPOINT_URL": self.https_endpoint if https else self.endpoint_url,
-               "AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
-               "AWS_DEFAULT_REGION": self.region}
-        if https:
-            out["AWS_CA_BUNDLE"] = self.ca_bundle
-        return out
 
 
 def _last_lines(text: str, n_lines: int = 3) -> str:

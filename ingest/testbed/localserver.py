@@ -20,7 +20,8 @@ import tempfile
 import time
 import weakref
 
-from ingest.errors import IngestError, TransportError
+from ingest.errors import IngestError
+from ingest.testbed.s3store import LoopbackStore
 from ingest.testbed.signals import UNWIND_SIGNALS, signals_held, unwind_on_signals
 
 TOOL_DIR_DEFAULT = os.path.join("~", ".local", "share", "ingest", "bin")
@@ -81,7 +82,7 @@ def _cleanup(proc, log_file, root_to_remove):
         shutil.rmtree(root_to_remove, ignore_errors=True)
 
 
-class LocalS3Server:
+class LocalS3Server(LoopbackStore):
     """versitygw on 127.0.0.1 with random root keys; a context manager (start on enter, stop on exit)."""
 
     def __init__(self, root: str | None = None, port: int | None = None,
@@ -103,7 +104,7 @@ class LocalS3Server:
         self._log = None
         self._made_root = None
         self._finalizer = None
-        self._client = None
+        self.forget_clients()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "LocalS3Server":
@@ -193,7 +194,8 @@ class LocalS3Server:
         if self._finalizer is not None:
             self._finalizer.detach()
         _cleanup(self._proc, self._log, None)
-        self._proc = self._log = self._finalizer = self._client = None
+        self._proc = self._log = self._finalizer = None
+        self.forget_clients()
 
     def stop(self) -> None:
         """Terminate the server (kill after 5 s) and remove the root dir if start() made it."""
@@ -201,7 +203,8 @@ class LocalS3Server:
             self._finalizer()  # runs _cleanup once; later calls are no-ops
         else:
             _cleanup(self._proc, self._log, self._made_root)
-        self._proc = self._log = self._finalizer = self._client = None
+        self._proc = self._log = self._finalizer = None
+        self.forget_clients()
         if self._made_root:
             self.root = None
             self._made_root = None
@@ -220,12 +223,6 @@ class LocalS3Server:
         """Last n_chars of the server's combined stdout/stderr."""
         return _tail(self._log, n_chars) if self._log is not None else "(not running)"
 
-    def __enter__(self) -> "LocalS3Server":
-        return self.start()
-
-    def __exit__(self, *exc_info) -> None:
-        self.stop()
-
     # -- what clients need ---------------------------------------------------------------------
     @property
     def endpoint_url(self) -> str:
@@ -233,37 +230,6 @@ class LocalS3Server:
         if self.port is None:
             raise IngestError("versitygw: no port yet; call start() first")
         return f"http://127.0.0.1:{self.port}"
-
-    def client(self, **kw):
-        """A boto3 S3 client (SigV4, path style) with this server's endpoint and keys; kw go to s3_client."""
-        from ingest.transports.s3client import s3_client
-
-        # Making a client costs ~0.1-0.2 s (it loads the service model); clients are
-        # thread-safe, so the plain one is made once per start (keys and port change per start).
-        if not kw and self._client is not None:
-            return self._client
-        client = s3_client(endpoint_url=self.endpoint_url, aws_access_key_id=self.access_key,
-                           aws_secret_access_key=self.secret_key, region_name=self.region, **kw)
-        if not kw:
-            self._client = client
-        return client
-
-    def make_bucket(self, name: str) -> str:
-        """Create bucket name and return it."""
-        try:
-            self.client().create_bucket(Bucket=name)
-        except Exception as exc:  # ClientError (InvalidBucketName, BucketAlreadyExists), ...
-            raise TransportError(f"bucket {name!r} on {self.endpoint_url}: cannot create: {exc}") from exc
-        return name
-
-    def env(self) -> dict[str, str]:
-        """AWS_* variables that point boto3's standard chain (e.g. in a subprocess) at this server."""
-        return {
-            "AWS_ENDPOINT_URL": self.endpoint_url,
-            "AWS_ACCESS_KEY_ID": self.access_key,
-            "AWS_SECRET_ACCESS_KEY": self.secret_key,
-            "AWS_DEFAULT_REGION": self.region,
-        }
 
 
 def main(argv: list[str] | None = None) -> int:
