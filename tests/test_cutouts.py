@@ -218,3 +218,36 @@ def test_the_manifest_text_is_the_manifest_one_line_per_source():
     assert json.loads(text) == manifest and text.endswith("\n")
     assert [line.strip().rstrip(",") for line in text.splitlines() if '"row"' in line] == [json.dumps(e) for e in entries]
     assert json.loads(manifest_text({"sources": []})) == {"sources": []}
+
+
+def test_an_hdf5_cubes_catalogue_gives_one_h5_file_per_source_each_its_box_of_the_dataset(tmp_path):
+    """The cut-out ranks' HDF5 branch (driver.cutouts.rank): 2 ranks cut a SoFiA-2 catalogue out of
+    an HDF5 cube; each source's .h5 holds the dataset's box by SoFiA-2's rule (the bounding box,
+    inclusive, grown by the 10-pixel margin and clipped to the cube, worked out by hand below), at
+    the dataset's path, with the box's start recorded."""
+    import h5py
+
+    data = np.random.default_rng(3).standard_normal(SHAPE).astype(">f4")
+    source = tmp_path / "cube.h5"
+    with h5py.File(source, "w") as f:
+        f.create_dataset("/0/DATA", data=data)
+    catalogue = _bbox_catalogue(tmp_path / "cat.csv", ROWS[:3])
+    out = tmp_path / "out"
+    proc, _ = mpiexec(2, ["cutouts", "--source", source, "--catalogue", catalogue, "--output-dir", out,
+                          "--no-progress"], child_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    expected = {"SoFiA J100000-300000": ((0, 17), (0, 20), (0, 19)),  # z 2-6, y 4-9, x 3-8, +-10
+                "SoFiA J100001-300001": ((0, 20), (0, 22), (0, 23)),  # z 4-9, y 5-11, x 6-12
+                "edge source": ((10, 24), (25, 40), (20, 36))}  # z 20-30, y 35-45, x 30-40: clipped
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert {e["name"]: tuple(map(tuple, e["box"])) for e in manifest["sources"]} == expected
+    assert sorted(p.name for p in out.iterdir()) == sorted([e["file"] for e in manifest["sources"]]
+                                                          + ["manifest.json"])
+    for entry in manifest["sources"]:
+        box = expected[entry["name"]]
+        assert entry["file"].endswith(".h5")
+        with h5py.File(out / entry["file"], "r") as f:
+            got = f["/0/DATA"]
+            assert got.dtype == data.dtype
+            np.testing.assert_array_equal(got[...], data[tuple(slice(a, b) for a, b in box)])
+            assert list(got.attrs["ingest_region_start"]) == [a for a, _ in box]
