@@ -429,3 +429,25 @@ def test_patched_headers_equal_the_ones_astropy_builds(cubes, name):
             subcube_header(layout, box, object_name=bad)
         with pytest.raises(ConfigError, match="object_name: .*printable ASCII"):
             headers.head(box, bad)
+
+
+def test_a_wcs_axis_beyond_naxis_keeps_its_reference_pixel_in_every_header(tmp_path):
+    """A 3-D image whose WCS describes a 4th, degenerate axis (WCSAXES = 4, CRPIX4) as a Stokes
+    plane dropped from NAXIS: no box moves that axis, so CRPIX4 stays the cube's in every header,
+    the patched ones of CutoutHeaders as in subcube_header's (the patched path once shifted it by
+    the x start, read as FITS axis ndim - 4)."""
+    from ingest.outputs.cutout_headers import CutoutHeaders
+    from ingest.outputs.subcubes import subcube_header
+
+    path = tmp_path / "degenerate.fits"
+    write_cube(path, (6, 8, 10), -32)
+    with warnings.catch_warnings(), fits.open(path, mode="update") as f:
+        warnings.simplefilter("ignore")
+        f[0].header.update({"WCSAXES": 4, "CTYPE4": "STOKES", "CRPIX4": 1.0, "CRVAL4": 1.0, "CDELT4": 1.0})
+    layout = _layout(path, 0)
+    headers = CutoutHeaders(layout)
+    for box in (((0, 6), (0, 8), (2, 10)), ((1, 6), (2, 8), (3, 10)), ((1, 6), (2, 8), (4, 9))):
+        got = headers.head(box)
+        assert got == subcube_header(layout, box).tostring().encode("ascii")
+        parsed = fits.Header.fromstring(got.decode("ascii"))
+        assert parsed["CRPIX4"] == 1.0 and parsed["CRPIX1"] != 0

@@ -10,8 +10,8 @@ from astropy.io import fits
 
 from ingest.errors import FitsFormatError
 from ingest.formats.beams import BeamTable
-from ingest.formats.fits import (FitsLayout, axis_roles, check_first_block, hdu_data_span, header_end, image_layout,
-                                 parse_header, says_beams, with_beams)
+from ingest.formats.fits import (FitsLayout, axis_roles, check_first_block, has_wcs_keys, hdu_data_span, header_end,
+                                 image_layout, parse_header, says_beams, shifted_axis, with_beams)
 from ingest.testbed.synth import beam_rows
 
 
@@ -197,3 +197,23 @@ def test_a_boxs_beams_are_its_channels_and_polarisations_of_the_table():
     with pytest.raises(FitsFormatError, match=r"^s3://b/c.fits HDU 0: a BEAMS table of 3 channels but no spectral "
                                               r"axis among the CTYPEs; cannot tell which channels a box keeps$"):
         many.box_beams(((1, 3), (0, 5)))
+
+
+@pytest.mark.parametrize("key, ndim, axis", [
+    ("CRPIX1", 3, 1), ("CRPIX3", 3, 3), ("CRPIX3A", 3, 3), ("CRPIX2Z", 3, 2), ("LTV2", 3, 2),
+    ("CRPIX4", 3, None),  # a WCS axis the image does not have: no box moves it
+    ("CRPIX12", 12, 12), ("LTV0", 3, None), ("CRPIX0", 3, None), ("CRPIX", 3, None),
+    ("CRPIX1AB", 3, None), ("LTV1A", 3, None), ("XCRPIX1", 3, None), ("CRVAL1", 3, None), ("NAXIS1", 3, None),
+])
+def test_the_keywords_a_box_moves_and_the_axis_each_belongs_to(key, ndim, axis):
+    assert shifted_axis(key, ndim) == axis
+
+
+@pytest.mark.parametrize("keys, has_wcs", [
+    (["CTYPE1"], True), (["CRVAL3"], True), (["CDELT2A"], True), (["CUNIT1"], True), (["CD1_2"], True),
+    (["PC2_1"], True), (["PC2_1B"], True), (["CTYPE"], True),
+    ([], False), (["NAXIS1", "BUNIT", "CRPIX1"], False), (["XCTYPE1"], False), (["CTYPE1AB"], False),
+    (["CD1"], False), (["OBJECT", "CRVAL1"], True),
+])
+def test_which_keywords_make_a_wcs(keys, has_wcs):
+    assert has_wcs_keys(keys) is has_wcs

@@ -120,6 +120,27 @@ class FitsLayout(ContiguousGeometry):
         return int(chans[0]), int(chans[1]), int(pols[0]), int(pols[1])
 
 
+# A reference-pixel keyword a box moves: CRPIXn, its alternates CRPIXna, IRAF's LTVn.
+_SHIFTED_KEY = re.compile(r"CRPIX(\d+)[A-Z]?|LTV(\d+)")
+# A keyword that lets a reader compute world coordinates: a header (or HDF5 attributes) with none
+# has no WCS, and a box's writer invents no CRPIXn for it.
+_WCS_KEY = re.compile(r"(CTYPE|CRVAL|CDELT|CUNIT|CD\d+_\d+|PC\d+_\d+)\d*[A-Z]?")
+
+
+def shifted_axis(key: str, ndim: int) -> int | None:
+    """The FITS axis n (1..ndim) whose box start moves `key` (CRPIXn, CRPIXna, LTVn); None for any
+    other keyword, and for one of an axis the image does not have: a WCS may describe more axes
+    than NAXIS (a degenerate Stokes axis), and no box moves those."""
+    match = _SHIFTED_KEY.fullmatch(key)
+    n = int(match.group(1) or match.group(2)) if match else 0
+    return n if 1 <= n <= ndim else None
+
+
+def has_wcs_keys(keys) -> bool:
+    """Whether any of `keys` (header keywords, HDF5 attribute names) is a WCS keyword."""
+    return any(_WCS_KEY.fullmatch(key) for key in keys)
+
+
 def axis_roles(header_text: str, ndim: int) -> tuple[int | None, int | None]:
     """(spectral, Stokes) numpy axes of an HDU from its CTYPEn cards (FITS axis n is numpy axis
     ndim - n); None for an axis the header does not have. The first spectral axis counts."""

@@ -25,14 +25,11 @@ import numpy as np
 from astropy.io import fits
 
 from ingest.errors import ConfigError, FitsFormatError, IngestError, RegionError
-from ingest.formats.fits import BLOCK_BYTES, FitsLayout
+from ingest.formats.fits import BLOCK_BYTES, FitsLayout, has_wcs_keys, shifted_axis
 from ingest.redact import redact_url
 
 _WRITE_BYTES = 64 * 1024 * 1024  # bounded writes: some filesystems and libcs cap one write(2) near 2 GiB
 _AXIS_LETTERS = ("x", "y", "z", "s")  # FITS axes 1..4
-# A WCS keyword that lets a reader compute world coordinates; if none is present we do not
-# invent a CRPIX (a header without a WCS should stay without one).
-_WCS_KEY = re.compile(r"^(CTYPE|CRVAL|CDELT|CUNIT|CD\d+_\d+|PC\d+_\d+)\d*[A-Z]?$")
 # Keywords whose values describe the original HDU's bytes and would be wrong for ours.
 _STALE_KEYS = ("CHECKSUM", "DATASUM")
 # Keywords that only make sense in an extension.
@@ -104,7 +101,7 @@ def subcube_header(layout: FitsLayout, box, *, object_name: str | None = None, e
     ndim = len(layout.shape)
     header = as_primary(_parsed_header(layout.header_text).copy(), ndim)
 
-    has_wcs = any(_WCS_KEY.match(key) for key in header.keys())
+    has_wcs = has_wcs_keys(header.keys())
     for n in range(1, ndim + 1):
         start, stop = pairs[ndim - n]
         header[f"NAXIS{n}"] = stop - start
@@ -112,9 +109,8 @@ def subcube_header(layout: FitsLayout, box, *, object_name: str | None = None, e
             continue
         primary_present = f"CRPIX{n}" in header
         for key in list(header.keys()):
-            if re.fullmatch(rf"CRPIX{n}[A-Z]?", key):  # the primary WCS and every alternate one
-                header[key] = float(header[key]) - start
-            elif key == f"LTV{n}":  # IRAF: logical = physical * LTM + LTV
+            # the primary WCS, every alternate one, and IRAF's logical = physical * LTM + LTV
+            if shifted_axis(key, ndim) == n:
                 header[key] = float(header[key]) - start
         if not primary_present and has_wcs:
             # The WCS default is CRPIXn = 0; an explicit card keeps the box's WCS right.

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import tempfile
 from dataclasses import dataclass
 
@@ -28,12 +27,9 @@ import numpy as np
 
 from ingest.atomic import publish, remove_quietly
 from ingest.errors import IngestError
+from ingest.formats.fits import has_wcs_keys, shifted_axis
 
 _WRITE_BYTES = 64 << 20
-# Reference-pixel keys: CRPIXn, its alternates CRPIXna, IRAF's LTVn.
-_CRPIX = re.compile(r"CRPIX(\d+)[A-Z]?|LTV(\d+)")
-# Attributes that make the dataset's attributes a FITS WCS (as ingest.formats.fits_cutout's _WCS_KEY).
-_WCS_KEY = re.compile(r"(CTYPE|CRVAL|CDELT|CUNIT|CD\d+_\d+|PC\d+_\d+)\d*[A-Z]?")
 
 
 @dataclass(frozen=True)
@@ -54,11 +50,10 @@ def region_attrs(layout, box, source_label: str) -> dict:
     ndim = len(layout.shape)
     attrs = dict(layout.attrs)
     for key, value in layout.attrs.items():
-        match = _CRPIX.fullmatch(key)
-        n = int(match.group(1) or match.group(2)) if match else 0
-        if 1 <= n <= ndim and isinstance(value, (int, float)) and not isinstance(value, bool):
+        n = shifted_axis(key, ndim)
+        if n is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
             attrs[key] = float(value) - box[ndim - n][0]
-    if any(_WCS_KEY.fullmatch(key) for key in layout.attrs):
+    if has_wcs_keys(layout.attrs):
         for n in range(1, ndim + 1):
             start = box[ndim - n][0]
             if start and f"CRPIX{n}" not in layout.attrs:

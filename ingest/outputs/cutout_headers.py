@@ -23,12 +23,12 @@ import numpy as np
 from astropy.io import fits
 from astropy.io.fits.card import _format_value  # astropy's own number formatting: the same bytes
 
+from ingest.formats.fits import shifted_axis
 from ingest.formats.fits_cutout import NOT_FITS_TEXT, _parsed_header, card_error, subcube_header
 from ingest.formats.fits_cutout import check_box as _check_box, source_label as _source_label
 
 _BLOCK_BYTES = 2880
 _END = "END".ljust(80)
-_SHIFTED = re.compile(r"(?:CRPIX(\d+)[A-Z]?|LTV(\d+))")
 _NAXIS = re.compile(r"NAXIS(\d+)")
 # TFORM letters whose values are plain big-endian numbers, and their numpy types: the columns CASA
 # writes (E, J) and their kin. Any other column (strings, bits, scaled) is left to astropy.
@@ -49,9 +49,9 @@ class _Template:
             key = card.keyword
             if (m := _NAXIS.fullmatch(key)) and 1 <= int(m.group(1)) <= ndim:
                 self.naxis[i] = (key, int(m.group(1)), card.comment)
-            elif (m := _SHIFTED.fullmatch(key)) and pairs[ndim - int(m.group(1) or m.group(2))][0] != 0:
+            elif (n := shifted_axis(key, ndim)) and pairs[ndim - n][0] != 0:
                 base = float(original[key]) if key in original else 0.0  # a card made for the box: CRPIXn = 0
-                self.shifted[i] = (key, int(m.group(1) or m.group(2)), base, card.comment)
+                self.shifted[i] = (key, n, base, card.comment)
             elif key == "OBJECT" and object_name is not None:
                 self.object_at = (i, card.comment)
         history = fits.Card("HISTORY", _history_text(layout, pairs)).image
