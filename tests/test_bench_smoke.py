@@ -251,13 +251,16 @@ def test_pages_script(tmp_path):
 
 
 def test_cutout_writes_script(tmp_path):
-    """No server: each pair of ways to write a cut-out's header, CRC and manifest, interleaved."""
-    out = _run(["-m", "bench.cutouts.writes", "--files", "20", "--sources", "50"], tmp_path, timeout_s=90)
+    """No server: each pair of ways to write a cut-out's header, BEAMS table, CRC and manifest, interleaved."""
+    out = _run(["-m", "bench.cutouts.writes", "--files", "20", "--sources", "50", "--channels", "40"], tmp_path,
+               timeout_s=90)
     assert "| headers_patched |" in out and "| crc_summed |" in out and "| manifest_text |" in out
+    assert "| beams_patched |" in out and "cut from 40 rows" in out
     results = _load(tmp_path, "cutout_writes")
-    _check_ratios(results, {"headers_card/headers_patched", "crc_read_back/crc_summed",
+    _check_ratios(results, {"headers_card/headers_patched", "beams_astropy/beams_patched", "crc_read_back/crc_summed",
                             "manifest_dump/manifest_text"}, set())
     assert results["config"]["files"] == 20 and results["config"]["sources"] == 50
+    assert results["config"]["channels"] == 40
     for name, cand in results["candidates"].items():
         (sample,) = cand["samples"]
         assert sample["elapsed_s"] > 0, name
